@@ -1,0 +1,86 @@
+"""The one place that imports TensorRT.
+
+``import tensorrt`` (TensorRT >= 10.15 has the native KV-cache update layer) or else
+``tensorrt_rtx`` (TensorRT-RTX, which installs from PyPI and builds engines on the CPU).
+Set ``TRT_KV_TRT_MODULE=tensorrt`` or ``=tensorrt_rtx`` to force one. The rest of trt_kv
+branches on :data:`FEATURES`, never on version strings, and Polygraphy is pointed at the same
+module through ``POLYGRAPHY_USE_TENSORRT_RTX`` before it is first imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+from trt_kv.errors import TrtKvError
+
+ENV_VAR = "TRT_KV_TRT_MODULE"
+_CANDIDATES = ("tensorrt", "tensorrt_rtx")
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the imported TensorRT module can do."""
+
+    module: str
+    version: str
+    kv_cache_update_layer: bool
+    packed_update_form: bool
+    attention_v2: bool
+    rotary_embedding: bool
+    aliased_tensor_query: bool
+    python_plugins: bool
+
+    @property
+    def is_rtx(self) -> bool:
+        return self.module == "tensorrt_rtx"
+
+
+def _import() -> ModuleType:
+    forced = os.environ.get(ENV_VAR)
+    if forced:
+        if forced not in _CANDIDATES:
+            raise TrtKvError(f"{ENV_VAR}: expected one of {_CANDIDATES}, got {forced!r}")
+        return importlib.import_module(forced)
+    for name in _CANDIDATES:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise TrtKvError(
+        "no TensorRT module found: expected 'tensorrt' (>= 10.15) or 'tensorrt_rtx' "
+        "(pip install tensorrt-rtx)"
+    )
+
+
+def _features(mod: ModuleType) -> Features:
+    net_cls = mod.INetworkDefinition
+    kv_layer = getattr(mod, "IKVCacheUpdateLayer", None)
+    return Features(
+        module=mod.__name__,
+        version=mod.__version__,
+        kv_cache_update_layer=hasattr(net_cls, "add_kv_cache_update"),
+        packed_update_form=kv_layer is not None and hasattr(kv_layer, "update_form"),
+        attention_v2=hasattr(net_cls, "add_attention_v2"),
+        rotary_embedding=hasattr(net_cls, "add_rotary_embedding"),
+        aliased_tensor_query=hasattr(mod.ICudaEngine, "get_aliased_input_tensor"),
+        python_plugins=hasattr(net_cls, "add_plugin_v3"),
+    )
+
+
+trt: ModuleType = _import()
+FEATURES: Features = _features(trt)
+if FEATURES.is_rtx:
+    os.environ.setdefault("POLYGRAPHY_USE_TENSORRT_RTX", "1")
+
+_LOGGER = None
+
+
+def logger() -> object:
+    """The process-wide ``trt.Logger`` (warnings and errors only)."""
+    global _LOGGER
+    if _LOGGER is None:
+        _LOGGER = trt.Logger(trt.Logger.WARNING)
+    return _LOGGER

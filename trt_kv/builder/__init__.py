@@ -1,0 +1,28 @@
+"""Build steps: cache inputs and updates, whole-model caches, engine bytes."""
+
+from trt_kv.builder.engine import BuiltEngine, Profile, build_engine, create_network
+from trt_kv.builder.kv_cache import (
+    CacheAlias,
+    CacheUpdate,
+    add_cache_input,
+    add_kv_cache_update,
+    cache_aliases,
+    validate_cache_update,
+)
+from trt_kv.builder.model_caches import ModelCaches, add_model_caches, cache_names
+
+__all__ = [
+    "BuiltEngine",
+    "CacheAlias",
+    "CacheUpdate",
+    "ModelCaches",
+    "Profile",
+    "add_cache_input",
+    "add_kv_cache_update",
+    "add_model_caches",
+    "build_engine",
+    "cache_aliases",
+    "cache_names",
+    "create_network",
+    "validate_cache_update",
+]

@@ -1,0 +1,176 @@
+"""Engine files: ``NAME.engine`` plus a JSON sidecar ``NAME.engine.json``.
+
+The sidecar records what the runtime needs without deserializing the engine (which takes a
+GPU): TensorRT module and version, alias pairs, each cache's name/shape/dtype, the
+write-index tensor, every network input and output, optimization profiles, the sha256 of the
+engine bytes, and free-form metadata (a model config, say). Loading checks checksum and
+versions; :func:`check_engine_aliases` checks a deserialized engine against the sidecar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trt_kv import dtypes
+from trt_kv._trt import FEATURES
+from trt_kv.builder.engine import BuiltEngine, Profile
+from trt_kv.builder.kv_cache import CacheAlias, cache_aliases
+from trt_kv.errors import EngineFileError, mismatch
+
+FORMAT = 1
+ENGINES_DIR = Path(__file__).resolve().parent.parent / "engines"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A network input or output: name, declared shape (-1 = dynamic), dtype name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class EngineMeta:
+    """Everything the sidecar holds."""
+
+    trt_module: str
+    trt_version: str
+    sha256: str
+    nbytes: int
+    aliases: tuple[CacheAlias, ...]
+    write_indices: str | None
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    profiles: tuple[Profile, ...]
+    build_seconds: float = 0.0
+    metadata: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        spec = lambda t: {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}  # noqa: E731
+        return {
+            "format": FORMAT,
+            "trt_module": self.trt_module,
+            "trt_version": self.trt_version,
+            "sha256": self.sha256,
+            "bytes": self.nbytes,
+            "alias_pairs": [a.to_json() for a in self.aliases],
+            "write_indices": self.write_indices,
+            "inputs": [spec(t) for t in self.inputs],
+            "outputs": [spec(t) for t in self.outputs],
+            "profiles": [p.to_json() for p in self.profiles],
+            "build_seconds": round(self.build_seconds, 3),
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> EngineMeta:
+        spec = lambda t: TensorSpec(t["name"], tuple(t["shape"]), t["dtype"])  # noqa: E731
+        return cls(
+            trt_module=d["trt_module"],
+            trt_version=d["trt_version"],
+            sha256=d["sha256"],
+            nbytes=d["bytes"],
+            aliases=tuple(CacheAlias.from_json(a) for a in d["alias_pairs"]),
+            write_indices=d["write_indices"],
+            inputs=tuple(spec(t) for t in d["inputs"]),
+            outputs=tuple(spec(t) for t in d["outputs"]),
+            profiles=tuple(Profile.from_json(p) for p in d["profiles"]),
+            build_seconds=d.get("build_seconds", 0.0),
+            metadata=d.get("metadata", {}),
+        )
+
+    def input(self, name: str) -> TensorSpec:
+        for t in self.inputs:
+            if t.name == name:
+                return t
+        raise EngineFileError(
+            mismatch("engine input", "one of", [t.name for t in self.inputs], name)
+        )
+
+
+def sidecar_path(engine_path: Path) -> Path:
+    return engine_path.with_name(engine_path.name + ".json")
+
+
+def _specs(tensors: list) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(t.name, tuple(t.shape), dtypes.name_of(t.dtype)) for t in tensors)
+
+
+def _write_indices_name(network: object) -> str | None:
+    from trt_kv._trt import trt
+    from trt_kv.plugin import is_plugin_cache_update
+
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if layer.type == trt.LayerType.KV_CACHE_UPDATE or is_plugin_cache_update(layer):
+            return layer.get_input(2).name
+    return None
+
+
+def describe(
+    network: object, built: BuiltEngine, profiles: list[Profile], metadata: dict | None = None
+) -> EngineMeta:
+    """The sidecar content of an engine built from ``network``."""
+    return EngineMeta(
+        trt_module=FEATURES.module,
+        trt_version=FEATURES.version,
+        sha256=hashlib.sha256(built.data).hexdigest(),
+        nbytes=len(built.data),
+        aliases=tuple(cache_aliases(network)),
+        write_indices=_write_indices_name(network),
+        inputs=_specs([network.get_input(i) for i in range(network.num_inputs)]),
+        outputs=_specs([network.get_output(i) for i in range(network.num_outputs)]),
+        profiles=tuple(profiles),
+        build_seconds=built.build_seconds,
+        metadata=metadata or {},
+    )
+
+
+def save_engine(path: Path | str, built: BuiltEngine, meta: EngineMeta) -> Path:
+    """Write the engine bytes and the sidecar; returns the engine path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(built.data)
+    sidecar_path(path).write_text(json.dumps(meta.to_json(), indent=2) + "\n")
+    return path
+
+
+def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[bytes, EngineMeta]:
+    """Read an engine and its sidecar; verify the sha256 and the TensorRT module/version.
+
+    Raises:
+        EngineFileError: missing file or sidecar, checksum mismatch (tampered or truncated
+            engine), or an engine built by another TensorRT module or version.
+    """
+    path = Path(path)
+    side = sidecar_path(path)
+    for p in (path, side):
+        if not p.is_file():
+            raise EngineFileError(mismatch(str(p), "an existing file", "present", "missing"))
+    meta = EngineMeta.from_json(json.loads(side.read_text()))
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != meta.sha256:
+        raise EngineFileError(mismatch(str(path), "sha256 (from the sidecar)", meta.sha256, digest))
+    if check_version:
+        built_with = (meta.trt_module, meta.trt_version)
+        running = (FEATURES.module, FEATURES.version)
+        if built_with != running:
+            raise EngineFileError(
+                mismatch(str(path), "built by the running TensorRT", running, built_with)
+            )
+    return data, meta
+
+
+def check_engine_aliases(engine: object, meta: EngineMeta) -> None:
+    """Check a deserialized ``ICudaEngine`` aliases each cache output to its sidecar input."""
+    for alias in meta.aliases:
+        actual = engine.get_aliased_input_tensor(alias.output)
+        if actual != alias.input:
+            raise EngineFileError(
+                mismatch(f"engine output {alias.output}", "aliased input", alias.input, actual)
+            )

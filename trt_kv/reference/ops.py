@@ -1,0 +1,237 @@
+"""NumPy reference implementations of every op trt_kv networks use.
+
+Plain, slow, obviously-correct code: the yardstick for engines, for the interpreter and (via
+the Hugging Face oracle tests) for itself. Compute happens in the input dtype unless a
+function says otherwise; callers pass float32/float64 for reference numerics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trt_kv.errors import CacheOverflowError, DTypeError, ShapeError, mismatch
+
+CACHE_DTYPES = ("float32", "float16", "bfloat16")
+INDEX_DTYPES = ("int32", "int64")
+
+
+def _dtype_name(a: np.ndarray) -> str:
+    return "bfloat16" if a.dtype.name in ("bfloat16", "V2") else a.dtype.name
+
+
+def _check_update_args(
+    cache: np.ndarray,
+    update: np.ndarray,
+    write_indices: np.ndarray,
+    update_lengths: np.ndarray | None,
+) -> np.ndarray:
+    """Validate the KV-cache update operands; return the per-sequence new-token counts [B]."""
+    if cache.ndim != 4:
+        raise ShapeError(mismatch("cache", "rank", 4, cache.ndim))
+    if _dtype_name(update) != _dtype_name(cache):
+        raise DTypeError(mismatch("update", "dtype", _dtype_name(cache), _dtype_name(update)))
+    if write_indices.dtype.name not in INDEX_DTYPES:
+        raise DTypeError(mismatch("write_indices", "dtype", INDEX_DTYPES, write_indices.dtype))
+    b, n, _, h = cache.shape
+    if write_indices.shape != (b,):
+        raise ShapeError(mismatch("write_indices", "shape", (b,), write_indices.shape))
+    if update_lengths is None:
+        if update.ndim != 4 or update.shape[:2] != (b, n) or update.shape[3] != h:
+            raise ShapeError(mismatch("update", "shape", (b, n, "S", h), update.shape))
+        return np.full(b, update.shape[2], dtype=np.int64)
+    if update.ndim != 3 or update.shape[1:] != (n, h):
+        raise ShapeError(mismatch("update", "shape", ("T", n, h), update.shape))
+    if update_lengths.shape != (b + 1,):
+        raise ShapeError(mismatch("update_lengths", "shape", (b + 1,), update_lengths.shape))
+    if update_lengths[0] != 0 or update_lengths[-1] != update.shape[0]:
+        raise ShapeError(
+            mismatch(
+                "update_lengths",
+                "first and last",
+                (0, update.shape[0]),
+                (int(update_lengths[0]), int(update_lengths[-1])),
+            )
+        )
+    counts = np.diff(update_lengths.astype(np.int64))
+    if (counts < 0).any():
+        raise ShapeError(mismatch("update_lengths", "non-decreasing values", "", update_lengths))
+    return counts
+
+
+def kv_cache_update_(
+    cache: np.ndarray,
+    update: np.ndarray,
+    write_indices: np.ndarray,
+    update_lengths: np.ndarray | None = None,
+) -> np.ndarray:
+    """In-place LINEAR KV-cache update; returns ``cache``. See :func:`kv_cache_update`."""
+    counts = _check_update_args(cache, update, write_indices, update_lengths)
+    s_max = cache.shape[2]
+    starts = write_indices.astype(np.int64)
+    # Check every sequence before writing any: nothing half-written.
+    for i, (start, count) in enumerate(zip(starts, counts)):
+        if start < 0 or start + count > s_max:
+            raise CacheOverflowError(
+                f"write_indices[{i}]: expected write_indices + S <= S_max = {s_max}, "
+                f"got {int(start)} + {int(count)} = {int(start + count)}"
+            )
+    for i, (start, count) in enumerate(zip(starts, counts)):
+        if update_lengths is None:
+            cache[i, :, start : start + count, :] = update[i]
+        else:
+            lo = int(update_lengths[i])
+            cache[i, :, start : start + count, :] = update[lo : lo + count].transpose(1, 0, 2)
+    return cache
+
+
+def kv_cache_update(
+    cache: np.ndarray,
+    update: np.ndarray,
+    write_indices: np.ndarray,
+    update_lengths: np.ndarray | None = None,
+) -> np.ndarray:
+    """LINEAR KV-cache update: ``out[i, :, write_indices[i] + s, :] = update[i, :, s, :]``.
+
+    Args:
+        cache: ``[B, N, S_max, H]`` float32/float16/bfloat16; not modified.
+        update: padded ``[B, N, S, H]``, or packed ``[T, N, H]`` when ``update_lengths`` is given;
+            same dtype as ``cache``.
+        write_indices: ``[B]`` int32/int64, first position written per sequence.
+        update_lengths: ``[B + 1]`` cumulative token counts of the packed form
+            (``update_lengths[0] == 0``, ``update_lengths[-1] == T``).
+
+    Returns:
+        The updated copy of ``cache``; only the written windows differ from the input.
+
+    Raises:
+        CacheOverflowError: a write at or past ``S_max`` (TensorRT's layer skips such writes
+            silently; the reference refuses them, and so does the trt_kv runtime).
+        ShapeError, DTypeError: malformed operands.
+    """
+    return kv_cache_update_(cache.copy(), update, write_indices, update_lengths)
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis: ``x / sqrt(mean(x^2) + eps) * weight``. x: ``[..., D]``."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """``x * sigmoid(x)``."""
+    return x / (1.0 + np.exp(-x))
+
+
+def swiglu(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+    """Llama MLP: ``(silu(x W_gate^T) * x W_up^T) W_down^T``.
+
+    x: ``[..., D]``; w_gate, w_up: ``[F, D]``; w_down: ``[D, F]`` (Hugging Face layout).
+    """
+    return (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
+def apply_rope(
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    position_ids: np.ndarray,
+    rotary_dim: int | None = None,
+    interleaved: bool = False,
+) -> np.ndarray:
+    """Rotary position embedding.
+
+    Args:
+        x: ``[B, N, S, H]``.
+        cos, sin: ``[P, R/2]`` tables indexed by position (R = rotary_dim).
+        position_ids: ``[B, S]`` integer positions, each < P.
+        rotary_dim: R, the leading part of H that rotates (default H); the rest passes through.
+        interleaved: pairs are ``(x[2i], x[2i+1])`` (GPT-J) instead of ``(x[i], x[i + R/2])``
+            (GPT-NeoX / Llama ``rotate_half``).
+
+    Returns:
+        ``[B, N, S, H]``.
+    """
+    r = x.shape[-1] if rotary_dim is None else rotary_dim
+    c = cos[position_ids][:, None, :, :]  # [B, 1, S, R/2]
+    s = sin[position_ids][:, None, :, :]
+    rot, rest = x[..., :r], x[..., r:]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = np.empty_like(rot)
+        out[..., 0::2] = x1 * c - x2 * s
+        out[..., 1::2] = x2 * c + x1 * s
+    else:
+        x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]
+        out = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    return np.concatenate([out, rest], axis=-1)
+
+
+def causal_keep(
+    s_q: int, s_kv: int, kind: str, kv_lengths: np.ndarray | None = None, batch: int = 1
+) -> np.ndarray:
+    """Boolean keep-mask ``[B, 1, S_q, S_kv]`` for a causal kind.
+
+    ``upper_left``: query s sees keys j <= s. ``lower_right``: the diagonal is anchored at the
+    bottom-right corner of the *valid* rectangle, query s sees j <= s + L_b - S_q with L_b =
+    ``kv_lengths[b]`` (S_kv when absent). ``none``: every key. Keys at j >= L_b are dropped
+    in every kind.
+    """
+    lengths = np.full(batch, s_kv) if kv_lengths is None else np.asarray(kv_lengths)
+    q = np.arange(s_q)[None, :, None]
+    j = np.arange(s_kv)[None, None, :]
+    valid = j < lengths[:, None, None]
+    if kind == "none":
+        keep = valid
+    elif kind == "upper_left":
+        keep = valid & (j <= q)
+    elif kind == "lower_right":
+        keep = valid & (j <= q + lengths[:, None, None] - s_q)
+    else:
+        raise ValueError(
+            mismatch("causal kind", "one of", ("none", "upper_left", "lower_right"), kind)
+        )
+    return keep[:, None, :, :]
+
+
+def attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    causal: str = "none",
+    kv_lengths: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
+    scale: float | None = None,
+) -> np.ndarray:
+    """Scaled dot-product attention with GQA.
+
+    Args:
+        q: ``[B, Nq, Sq, H]``; k, v: ``[B, Nkv, Skv, H]`` with Nq a multiple of Nkv.
+        causal: "none", "upper_left" or "lower_right" (see :func:`causal_keep`).
+        kv_lengths: ``[B]`` valid key count per sequence.
+        mask: broadcastable to ``[B, Nq, Sq, Skv]``: bool (True keeps) or additive float.
+        scale: score scale, default ``1/sqrt(H)``.
+
+    Returns:
+        ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros.
+    """
+    b, nq, sq, h = q.shape
+    nkv, skv = k.shape[1], k.shape[2]
+    if nq % nkv:
+        raise ShapeError(mismatch("query heads", f"a multiple of {nkv} KV heads", "", nq))
+    group = nq // nkv
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / np.sqrt(h) if scale is None else scale)
+    keep = np.broadcast_to(causal_keep(sq, skv, causal, kv_lengths, b), scores.shape)
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            keep = keep & mask
+        else:
+            scores = scores + mask
+    scores = np.where(keep, scores, -np.inf)
+    peak = np.max(scores, axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    weights = np.exp(scores - peak)
+    total = np.sum(weights, axis=-1, keepdims=True)
+    weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+    return weights @ v
