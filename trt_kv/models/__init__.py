@@ -1,0 +1,1 @@
+"""Model architectures trt_kv builds networks for."""

@@ -1,0 +1,161 @@
+"""Llama weights in Hugging Face layout, loaded from safetensors or made up from a seed.
+
+Hugging Face names are mapped here and nowhere else. Layouts are Hugging Face's
+(``nn.Linear``: ``[out_features, in_features]``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+
+from trt_kv.errors import ConfigError, ShapeError, mismatch
+from trt_kv.models.llama.config import LlamaConfig
+
+
+@dataclass
+class LayerWeights:
+    """One decoder block. D = hidden, F = intermediate, Nq/Nkv heads of size H."""
+
+    attn_norm: np.ndarray  # [D]
+    wq: np.ndarray  # [Nq * H, D]
+    wk: np.ndarray  # [Nkv * H, D]
+    wv: np.ndarray  # [Nkv * H, D]
+    wo: np.ndarray  # [D, Nq * H]
+    mlp_norm: np.ndarray  # [D]
+    w_gate: np.ndarray  # [F, D]
+    w_up: np.ndarray  # [F, D]
+    w_down: np.ndarray  # [D, F]
+
+
+@dataclass
+class LlamaWeights:
+    embed: np.ndarray  # [V, D]
+    layers: list[LayerWeights]
+    final_norm: np.ndarray  # [D]
+    lm_head: np.ndarray | None  # [V, D]; None when tied to ``embed``
+
+    @property
+    def head(self) -> np.ndarray:
+        """The LM head ``[V, D]`` (the embedding when tied)."""
+        return self.embed if self.lm_head is None else self.lm_head
+
+    def astype(self, dtype: np.dtype) -> LlamaWeights:
+        cast = lambda a: None if a is None else a.astype(dtype)  # noqa: E731
+        return LlamaWeights(
+            cast(self.embed),
+            [LayerWeights(**{k: cast(v) for k, v in vars(lw).items()}) for lw in self.layers],
+            cast(self.final_norm),
+            cast(self.lm_head),
+        )
+
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm.weight",
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight",
+    "mlp_norm": "post_attention_layernorm.weight",
+    "w_gate": "mlp.gate_proj.weight",
+    "w_up": "mlp.up_proj.weight",
+    "w_down": "mlp.down_proj.weight",
+}
+
+
+def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Hugging Face tensor name -> shape, for every tensor the model needs."""
+    c = config
+    d, f, h = c.hidden_size, c.intermediate_size, c.head_dim
+    q, kv = c.num_attention_heads * h, c.num_key_value_heads * h
+    per_layer = {
+        "attn_norm": (d,),
+        "wq": (q, d),
+        "wk": (kv, d),
+        "wv": (kv, d),
+        "wo": (d, q),
+        "mlp_norm": (d,),
+        "w_gate": (f, d),
+        "w_up": (f, d),
+        "w_down": (d, f),
+    }
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, d), "model.norm.weight": (d,)}
+    for i in range(c.num_hidden_layers):
+        for key, shape in per_layer.items():
+            shapes[f"model.layers.{i}.{_LAYER_NAMES[key]}"] = shape
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, d)
+    return shapes
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / n for n in names]
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return [single]
+    raise ConfigError(
+        mismatch(
+            str(folder), "model.safetensors or model.safetensors.index.json", "present", "missing"
+        )
+    )
+
+
+def load_hf_weights(folder: str | Path, config: LlamaConfig) -> LlamaWeights:
+    """Read a Hugging Face checkpoint folder (single or sharded safetensors) into NumPy.
+
+    Raises:
+        ConfigError: missing files or tensors. ShapeError: a tensor of the wrong shape.
+    """
+    folder = Path(folder)
+    tensors: dict[str, np.ndarray] = {}
+    for path in _safetensors_files(folder):
+        with safe_open(str(path), framework="numpy") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is no mapping)
+                tensors[key] = f.get_tensor(key)
+    shapes = expected_shapes(config)
+    missing = sorted(set(shapes) - set(tensors))
+    if missing:
+        raise ConfigError(mismatch(str(folder), "tensors, missing", [], missing[:5]))
+    for name, shape in shapes.items():
+        if tensors[name].shape != shape:
+            raise ShapeError(mismatch(name, "shape", shape, tensors[name].shape))
+    return _from_named(tensors, config)
+
+
+def _from_named(t: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:
+    layers = [
+        LayerWeights(**{k: t[f"model.layers.{i}.{n}"] for k, n in _LAYER_NAMES.items()})
+        for i in range(config.num_hidden_layers)
+    ]
+    head = None if config.tie_word_embeddings else t["lm_head.weight"]
+    return LlamaWeights(t["model.embed_tokens.weight"], layers, t["model.norm.weight"], head)
+
+
+def random_weights(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> LlamaWeights:
+    """Seeded random float32 weights (normal(0, std) matrices, norms around 1)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shape in expected_shapes(config).items():
+        if len(shape) == 1:
+            tensors[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            tensors[name] = (std * rng.standard_normal(shape)).astype(np.float32)
+    return _from_named(tensors, config)
+
+
+def to_hf_tensors(weights: LlamaWeights) -> dict[str, np.ndarray]:
+    """The inverse of loading: Hugging Face name -> array (for ``save_file``)."""
+    out = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.final_norm}
+    for i, lw in enumerate(weights.layers):
+        for key, name in _LAYER_NAMES.items():
+            out[f"model.layers.{i}.{name}"] = getattr(lw, key)
+    if weights.lm_head is not None:
+        out["lm_head.weight"] = weights.lm_head
+    return out
