@@ -1,0 +1,54 @@
+"""What a backend is: something that runs one planned step on its cache storage.
+
+Backends are interchangeable, as Polygraphy's runners are: the reference model, the CPU
+interpreter, trt_kv's own TensorRT bindings (fast path) and Polygraphy's ``TrtRunner``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from trt_kv.models.llama.network import (
+    INPUT_IDS,
+    KV_LENGTHS,
+    LAST_TOKEN_ROWS,
+    POSITION_IDS,
+)
+from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.storage import CacheStorage
+
+WRITE_INDICES, UPDATE_LENGTHS = "write_indices", "update_lengths"
+
+
+class Backend(Protocol):
+    name: str
+    storage: CacheStorage
+    max_new_tokens: int  # most new tokens per sequence in one step (S bound)
+    vocab_size: int
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        """Run ``plan`` on ``storage`` (caches updated in place); logits ``[B, V]`` float32."""
+        ...
+
+
+def step_feed(plan: StepPlan, input_names: set[str] | frozenset[str]) -> dict[str, np.ndarray]:
+    """The non-cache inputs of a step, restricted to those the network declares."""
+    feed = {
+        INPUT_IDS: plan.input_ids,
+        POSITION_IDS: plan.position_ids,
+        WRITE_INDICES: plan.write_indices,
+        KV_LENGTHS: plan.kv_lengths,
+        LAST_TOKEN_ROWS: plan.last_token_rows,
+    }
+    if UPDATE_LENGTHS in input_names:
+        feed[UPDATE_LENGTHS] = plan.update_lengths
+    return {k: v for k, v in feed.items() if k in input_names}
+
+
+def last_token_logits(logits: np.ndarray, plan: StepPlan) -> np.ndarray:
+    """``[B, V]`` float32 from ``[B, V]`` or all-position ``[B, S, V]`` logits."""
+    if logits.ndim == 3:
+        logits = logits[np.arange(len(plan.counts)), plan.counts - 1]
+    return np.asarray(logits, dtype=np.float32)

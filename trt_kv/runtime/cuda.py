@@ -1,0 +1,121 @@
+"""The little of CUDA the runtime needs, through cuda-python's runtime API."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from trt_kv.errors import GpuUnavailableError
+
+CPU_BACKENDS = ("reference", "interpreter")
+
+
+@cache
+def gpu_unavailable_reason() -> str | None:
+    """None when a CUDA device is usable, else why not (no driver, no device...)."""
+    try:
+        from cuda.bindings import runtime as rt
+
+        err, count = rt.cudaGetDeviceCount()
+    except Exception as e:  # no driver library, no cuda-python...
+        return f"no CUDA driver ({type(e).__name__}: {e})"
+    if err != rt.cudaError_t.cudaSuccess:
+        return f"cudaGetDeviceCount failed: {rt.cudaGetErrorString(err)[1].decode()}"
+    if count == 0:
+        return "no CUDA device"
+    return None
+
+
+def require_gpu(what: str) -> None:
+    """Raise GpuUnavailableError for ``what`` when no GPU is usable, naming the CPU backends."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise GpuUnavailableError(
+            f"{what}: expected a CUDA GPU, got {reason}; backends that run here: "
+            f"{', '.join(CPU_BACKENDS)}"
+        )
+
+
+def check(result: tuple) -> object:
+    """Unwrap a cuda-python ``(err, *values)`` result; raise on error."""
+    from cuda.bindings import runtime as rt
+
+    err, *values = result
+    if err != rt.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"CUDA error: {rt.cudaGetErrorString(err)[1].decode()}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory (cudaMalloc), freed on :meth:`free` or collection."""
+
+    def __init__(self, nbytes: int) -> None:
+        from cuda.bindings import runtime as rt
+
+        self._rt = rt
+        self.nbytes = nbytes
+        self.ptr = int(check(rt.cudaMalloc(max(nbytes, 1))))
+
+    def memset(self, value: int = 0, offset: int = 0, nbytes: int | None = None) -> None:
+        check(
+            self._rt.cudaMemset(
+                self.ptr + offset, value, self.nbytes - offset if nbytes is None else nbytes
+            )
+        )
+
+    def upload(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> None:
+        host = np.ascontiguousarray(host)
+        check(
+            self._rt.cudaMemcpyAsync(
+                self.ptr + offset,
+                host.ctypes.data,
+                host.nbytes,
+                self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
+                stream,
+            )
+        )
+
+    def download(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> np.ndarray:
+        check(
+            self._rt.cudaMemcpyAsync(
+                host.ctypes.data,
+                self.ptr + offset,
+                host.nbytes,
+                self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                stream,
+            )
+        )
+        if stream:
+            check(self._rt.cudaStreamSynchronize(stream))
+        return host
+
+    def copy_within(self, src_offset: int, dst_offset: int, nbytes: int) -> None:
+        check(
+            self._rt.cudaMemcpy(
+                self.ptr + dst_offset,
+                self.ptr + src_offset,
+                nbytes,
+                self._rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
+            )
+        )
+
+    def free(self) -> None:
+        if self.ptr:
+            self._rt.cudaFree(self.ptr)
+            self.ptr = 0
+
+    def __del__(self) -> None:
+        self.free()
+
+
+def create_stream() -> int:
+    from cuda.bindings import runtime as rt
+
+    return int(check(rt.cudaStreamCreate()))
+
+
+def synchronize(stream: int) -> None:
+    from cuda.bindings import runtime as rt
+
+    check(rt.cudaStreamSynchronize(stream))

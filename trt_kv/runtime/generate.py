@@ -1,0 +1,66 @@
+"""The decode loop: prefill once, then one token per sequence per step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trt_kv.errors import CacheOverflowError, mismatch
+from trt_kv.runtime.sampling import Sampler
+from trt_kv.runtime.session import Session
+
+
+@dataclass(frozen=True)
+class Generation:
+    ids: list[list[int]]  # generated ids only, one list per prompt
+    seconds: float
+    steps: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        total = sum(len(i) for i in self.ids)
+        return total / self.seconds if self.seconds > 0 else 0.0
+
+
+def generate(
+    session: Session,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    sampler: Sampler | None = None,
+    eos_id: int | None = None,
+) -> Generation:
+    """Generate up to ``max_new_tokens`` per prompt in slots ``0 .. len(prompts) - 1``.
+
+    Raises:
+        CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
+            fit in ``S_max``.
+    """
+    sampler = sampler or Sampler()
+    s_max = session.state.max_seq_len
+    for k, p in enumerate(prompts):
+        if len(p) + max_new_tokens - 1 > s_max:
+            raise CacheOverflowError(
+                mismatch(
+                    f"prompt {k}",
+                    f"length + max_new_tokens - 1 <= S_max = {s_max}",
+                    s_max,
+                    len(p) + max_new_tokens - 1,
+                )
+            )
+    start = time.perf_counter()
+    logits = session.prefill(prompts)
+    steps = 1
+    out: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    while True:
+        next_ids = sampler(logits)
+        for k, t in enumerate(next_ids):
+            if not done[k]:
+                out[k].append(int(t))
+                done[k] = len(out[k]) >= max_new_tokens or (eos_id is not None and t == eos_id)
+        if all(done):
+            break
+        logits = session.decode(next_ids)
+        steps += 1
+    return Generation(out, time.perf_counter() - start, steps)

@@ -1,0 +1,34 @@
+"""Backend on the NumPy interpreter of the built network: the whole loop, on a CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trt_kv.builder.kv_cache import cache_aliases
+from trt_kv.interpreter import compile_network
+from trt_kv.models.llama.network import LOGITS, LlamaNetwork
+from trt_kv.runtime.backend import last_token_logits, step_feed
+from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.storage import HostCaches
+
+
+class InterpreterBackend:
+    """Executes the exact ``INetworkDefinition`` an engine is built from; the interpreter
+    updates the bound cache windows in place, as the GPU does."""
+
+    name = "interpreter"
+
+    def __init__(self, net: LlamaNetwork, *, capacity: int | None = None) -> None:
+        self.net = net
+        self.plan = compile_network(net.network)
+        self.storage = HostCaches(cache_aliases(net.network), capacity or net.max_batch)
+        self.inputs = frozenset(
+            net.network.get_input(i).name for i in range(net.network.num_inputs)
+        )
+        self.max_new_tokens = net.max_new_tokens
+        self.vocab_size = net.config.vocab_size
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        feed = step_feed(plan, self.inputs)
+        feed.update(self.storage.window(plan.lo, len(plan.counts)))
+        return last_token_logits(self.plan.run(feed)[LOGITS], plan)

@@ -1,0 +1,62 @@
+"""Backend on the NumPy reference model (no network, no TensorRT)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trt_kv.builder.kv_cache import CacheAlias
+from trt_kv.builder.model_caches import cache_names
+from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.models.llama.weights import LlamaWeights
+from trt_kv.reference.llama import forward
+from trt_kv.runtime.backend import last_token_logits
+from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.storage import HostCaches
+
+
+def llama_cache_aliases(config: LlamaConfig, max_seq_len: int, dtype: str) -> list[CacheAlias]:
+    """The alias records a Llama network of this shape has, in input order."""
+    shape = (-1, config.num_key_value_heads, max_seq_len, config.head_dim)
+    out = []
+    for i in range(config.num_hidden_layers):
+        pk, pv, ok, ov = cache_names(i)
+        out += [CacheAlias(pk, ok, shape, dtype), CacheAlias(pv, ov, shape, dtype)]
+    return out
+
+
+class ReferenceBackend:
+    """Runs :func:`trt_kv.reference.llama.forward` in float32 on host caches."""
+
+    name = "reference"
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        weights: LlamaWeights,
+        *,
+        capacity: int,
+        max_seq_len: int,
+        max_new_tokens: int | None = None,
+    ) -> None:
+        self.config = config
+        self.weights = weights.astype(np.float32)
+        self.storage = HostCaches(llama_cache_aliases(config, max_seq_len, "float32"), capacity)
+        self.max_new_tokens = max_new_tokens or max_seq_len
+        self.vocab_size = config.vocab_size
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        window = self.storage.window(plan.lo, len(plan.counts))
+        caches = [
+            (window[k], window[v])
+            for k, v, *_ in map(cache_names, range(self.config.num_hidden_layers))
+        ]
+        logits = forward(
+            self.config,
+            self.weights,
+            plan.input_ids,
+            plan.position_ids,
+            caches,
+            plan.write_indices,
+            plan.kv_lengths,
+        )
+        return last_token_logits(logits, plan)

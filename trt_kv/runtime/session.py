@@ -1,0 +1,131 @@
+"""One session API over any backend: the caller speaks tokens and slots, never write indices.
+
+session = Session(backend)
+logits = session.prefill([[1, 2, 3], [4, 5]])    # slots 0 and 1
+logits = session.decode([7, 8])                   # one token each
+session.fork(0, 2); session.crop(1, 3); snap = session.snapshot(0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+from trt_kv.errors import ShapeError, mismatch
+from trt_kv.runtime.backend import Backend
+from trt_kv.runtime.cache_state import CacheState
+from trt_kv.runtime.storage import Snapshot
+
+
+class Session:
+    """Cache slots of ``backend.storage`` and their lengths; every error is raised before
+    anything runs."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.storage = backend.storage
+        self.state = CacheState(self.storage.capacity, self.storage.max_seq_len)
+
+    @property
+    def capacity(self) -> int:
+        return self.state.capacity
+
+    # -- steps -------------------------------------------------------------------------
+    def step(self, tokens: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
+        """Feed ``tokens[k]`` to slot ``lo + k``; returns each one's last logits ``[B, V]``."""
+        longest = max((len(t) for t in tokens), default=0)
+        if longest > self.backend.max_new_tokens:
+            raise ShapeError(
+                mismatch(
+                    "tokens",
+                    "at most max_new_tokens per step",
+                    self.backend.max_new_tokens,
+                    longest,
+                )
+            )
+        plan = self.state.plan(range(lo, lo + len(tokens)), tokens)
+        logits = self.backend.run(plan)
+        self.state.commit(plan)
+        return logits
+
+    def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
+        """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``."""
+        for k in range(len(prompts)):
+            self.reset(lo + k)
+        return self.step(prompts, lo)
+
+    def decode(self, tokens: Sequence[int], lo: int = 0) -> np.ndarray:
+        """One new token per slot ``lo, lo + 1, ...``; returns logits ``[B, V]``."""
+        return self.step([[int(t)] for t in tokens], lo)
+
+    # -- cache operations ------------------------------------------------------------------
+    def length(self, slot: int) -> int:
+        return self.state.length(slot)
+
+    def reset(self, slot: int | None = None) -> None:
+        """Empty every slot (or one) and zero its buffers."""
+        if slot is not None:
+            self.state.length(slot)  # validates before touching storage
+        self.state.reset(slot)
+        self.storage.zero(slot)
+
+    def crop(self, slot: int, length: int) -> None:
+        """Keep the first ``length`` tokens (negative: drop the last ``-length``)."""
+        self.state.crop(slot, length)
+
+    def fork(self, src: int, dst: int) -> None:
+        """``dst`` gets a copy of ``src``'s cache and length (shared prefix)."""
+        self.state.fork(src, dst)
+        self.storage.copy_slot(src, dst)
+
+    def reorder(self, order: Sequence[int]) -> None:
+        """Slot k takes slot ``order[k]`` (beam search ``reorder_cache`` / select)."""
+        self.state.reorder(order)
+        self.storage.reorder(order)
+
+    def freeze(self) -> None:
+        """Later steps run but do not advance lengths (their cache rows are overwritten by
+        the next committed step)."""
+        self.state.freeze()
+
+    def unfreeze(self) -> None:
+        self.state.unfreeze()
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        with self.state.frozen_steps():
+            yield
+
+    def snapshot(self, slot: int) -> Snapshot:
+        """Host copies ``[N, L, H]`` of every cache of ``slot`` (L = its length)."""
+        return self.storage.snapshot(slot, self.state.length(slot))
+
+    def restore(self, slot: int, snap: Snapshot) -> None:
+        self.state.length(slot)
+        self.state.set_length(slot, self.storage.restore(slot, snap))
+
+    def export_legacy(self, slots: Sequence[int]) -> tuple:
+        """Per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]``; all slots must hold
+        the same length L (Hugging Face's legacy ``past_key_values``)."""
+        lengths = {self.state.length(s) for s in slots}
+        if len(lengths) != 1:
+            raise ShapeError(
+                mismatch("slots", "one common length", "equal lengths", sorted(lengths))
+            )
+        return self.storage.export_legacy(slots, lengths.pop())
+
+    def import_legacy(
+        self, past: Sequence[tuple[np.ndarray, np.ndarray]], slots: Sequence[int]
+    ) -> None:
+        for s in slots:
+            self.state.length(s)
+        length = self.storage.import_legacy(past, slots)
+        for s in slots:
+            self.state.set_length(s, length)
+
+    def memory(self) -> dict[str, int]:
+        """Bytes per cache buffer, plus ``"total"``."""
+        per = self.storage.nbytes()
+        return {**per, "total": sum(per.values())}
