@@ -32,6 +32,9 @@ class Features:
     rotary_embedding: bool
     aliased_tensor_query: bool
     python_plugins: bool
+    # Whether the layer takes int64 write indices as documented. TensorRT-RTX 1.7.1's
+    # compiler rejects them ("Write indices must be of type int32"); trt_kv then casts.
+    int64_write_indices: bool
 
     @property
     def is_rtx(self) -> bool:
@@ -67,6 +70,7 @@ def _features(mod: ModuleType) -> Features:
         rotary_embedding=hasattr(net_cls, "add_rotary_embedding"),
         aliased_tensor_query=hasattr(mod.ICudaEngine, "get_aliased_input_tensor"),
         python_plugins=hasattr(net_cls, "add_plugin_v3"),
+        int64_write_indices=mod.__name__ != "tensorrt_rtx",
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES
 from trt_kv.builder.engine import BuiltEngine, Profile
-from trt_kv.builder.kv_cache import CacheAlias, cache_aliases
+from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, source_input
 from trt_kv.errors import EngineFileError, mismatch
 
 FORMAT = 1
@@ -62,7 +62,7 @@ class EngineMeta:
             "inputs": [spec(t) for t in self.inputs],
             "outputs": [spec(t) for t in self.outputs],
             "profiles": [p.to_json() for p in self.profiles],
-            "build_seconds": round(self.build_seconds, 3),
+            "build_seconds": self.build_seconds,
             "metadata": self.metadata,
         }
 
@@ -107,7 +107,7 @@ def _write_indices_name(network: object) -> str | None:
     for i in range(network.num_layers):
         layer = network.get_layer(i)
         if layer.type == trt.LayerType.KV_CACHE_UPDATE or is_plugin_cache_update(layer):
-            return layer.get_input(2).name
+            return source_input(network, layer.get_input(2)).name
     return None
 
 
@@ -125,7 +125,7 @@ def describe(
         inputs=_specs([network.get_input(i) for i in range(network.num_inputs)]),
         outputs=_specs([network.get_output(i) for i in range(network.num_outputs)]),
         profiles=tuple(profiles),
-        build_seconds=built.build_seconds,
+        build_seconds=round(built.build_seconds, 3),
         metadata=metadata or {},
     )
 

@@ -136,8 +136,8 @@ def validate_cache_update(
         _same_dim(update.name, "N (axis 1)", n, u[1])
         _same_dim(update.name, "H (axis 2)", h, u[2])
         lengths_dtype = dtypes.name_of(update_lengths.dtype)
-        if lengths_dtype not in INDEX_DTYPES:
-            raise DTypeError(mismatch(update_lengths.name, "dtype", INDEX_DTYPES, lengths_dtype))
+        if lengths_dtype != "int32":  # the layer takes INT32 lengths only
+            raise DTypeError(mismatch(update_lengths.name, "dtype", "int32", lengths_dtype))
         lengths = _dims(update_lengths)
         if len(lengths) != 1:
             raise ShapeError(mismatch(update_lengths.name, "shape", "[B + 1]", list(lengths)))
@@ -151,6 +151,25 @@ def validate_cache_update(
     if len(w) != 1:
         raise ShapeError(mismatch(write_indices.name, "shape", "[B]", list(w)))
     _same_dim(write_indices.name, "B (axis 0)", b, w[0])
+
+
+def layer_write_indices(network: object, write_indices: object) -> object:
+    """``write_indices`` as the layer can take it: int64 indices are cast to int32 where the
+    TensorRT module rejects int64 (lossless: indices are below S_max)."""
+    if FEATURES.int64_write_indices or dtypes.name_of(write_indices.dtype) != "int64":
+        return write_indices
+    cast = network.add_cast(write_indices, trt.int32)
+    cast.name = f"cast_int32:{write_indices.name}"
+    return cast.get_output(0)
+
+
+def source_input(network: object, tensor: object) -> object:
+    """The network input behind ``tensor``, looking through trt_kv's index casts."""
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if layer.type == trt.LayerType.CAST and layer.get_output(0).name == tensor.name:
+            return source_input(network, layer.get_input(0))
+    return tensor
 
 
 def add_cache_input(
@@ -197,6 +216,7 @@ def add_kv_cache_update(
         The updated cache tensor ``[B, N, S_max, H]`` and the alias record.
     """
     validate_cache_update(network, cache, update, write_indices, update_lengths)
+    write_indices = layer_write_indices(network, write_indices)
     if method == "auto":
         method = "layer" if FEATURES.kv_cache_update_layer else "plugin"
     if method == "plugin":

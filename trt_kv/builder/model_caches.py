@@ -16,6 +16,7 @@ from trt_kv.builder.kv_cache import (
     add_cache_input,
     add_kv_cache_update,
     check_strongly_typed,
+    layer_write_indices,
 )
 from trt_kv.errors import SlotError
 
@@ -83,12 +84,11 @@ def add_model_caches(
     """Add ``write_indices [B]`` and the K/V cache inputs of ``num_layers`` layers."""
     check_strongly_typed(network)
     write_indices = network.add_input(WRITE_INDICES, dtypes.to_trt(index_dtype), (batch,))
+    write_indices = layer_write_indices(network, write_indices)  # one cast for all layers
     update_lengths = None
     if packed:
         lengths_batch = -1 if batch == -1 else batch + 1
-        update_lengths = network.add_input(
-            UPDATE_LENGTHS, dtypes.to_trt(index_dtype), (lengths_batch,)
-        )
+        update_lengths = network.add_input(UPDATE_LENGTHS, dtypes.to_trt("int32"), (lengths_batch,))
     past = []
     for i in range(num_layers):
         k_name, v_name, *_ = cache_names(i)

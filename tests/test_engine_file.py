@@ -1,0 +1,85 @@
+"""Engine files: sidecar round trip, tamper and version checks, aliases on a GPU."""
+
+import json
+
+import pytest
+
+from trt_kv import FEATURES
+from trt_kv.engine_file import check_engine_aliases, load_engine_file, sidecar_path
+from trt_kv.errors import EngineFileError
+from trt_kv.jobs import build_doc_example, build_llama_engine
+from trt_kv.models.llama import LlamaConfig, random_weights
+
+TINY = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+
+
+@pytest.fixture(scope="module")
+def doc_engine(tmp_path_factory):
+    return build_doc_example(tmp_path_factory.mktemp("engines"))
+
+
+@pytest.fixture(scope="module")
+def llama_engine(tmp_path_factory):
+    return build_llama_engine("tiny", TINY, random_weights(TINY), dtype="float16",
+                              out_dir=tmp_path_factory.mktemp("engines"), max_seq_len=32,
+                              max_batch=2, max_step_tokens=8)
+
+
+def test_sidecar_round_trip(doc_engine):
+    data, meta = load_engine_file(doc_engine.path)
+    assert meta == doc_engine.meta
+    assert len(data) == meta.nbytes
+    assert (meta.trt_module, meta.trt_version) == (FEATURES.module, FEATURES.version)
+    assert [(a.input, a.output, a.shape, a.dtype) for a in meta.aliases] == [
+        ("cache", "cache_out", (4, 2, 8, 1), "float32")]
+    assert meta.write_indices == "write_indices"
+
+
+def test_sidecar_records_model_caches_profiles_and_config(llama_engine):
+    _, meta = load_engine_file(llama_engine.path)
+    assert [a.input for a in meta.aliases] == [
+        "past_key.0", "past_value.0", "past_key.1", "past_value.1"]
+    assert {a.output for a in meta.aliases} == {
+        "present_key.0", "present_value.0", "present_key.1", "present_value.1"}
+    assert meta.aliases[0].shape == (-1, 2, 32, 8) and meta.aliases[0].dtype == "float16"
+    assert meta.profiles[0].shapes["input_ids"] == ((1, 1), (2, 1), (2, 8))
+    assert LlamaConfig.from_json(meta.metadata["config"]) == TINY
+    assert {t.name for t in meta.outputs} >= {"logits", "present_key.0"}
+
+
+def test_tampered_engine_is_detected(doc_engine, tmp_path):
+    path = tmp_path / "t.engine"
+    data = bytearray(doc_engine.path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    sidecar_path(path).write_text(sidecar_path(doc_engine.path).read_text())
+    with pytest.raises(EngineFileError, match="expected sha256"):
+        load_engine_file(path)
+
+
+def test_engine_from_another_tensorrt_version_is_refused(doc_engine, tmp_path):
+    path = tmp_path / "v.engine"
+    path.write_bytes(doc_engine.path.read_bytes())
+    side = json.loads(sidecar_path(doc_engine.path).read_text())
+    side["trt_version"] = "0.0.1"
+    sidecar_path(path).write_text(json.dumps(side))
+    with pytest.raises(EngineFileError, match=r"built by the running TensorRT.*0\.0\.1"):
+        load_engine_file(path)
+
+
+def test_missing_sidecar_is_refused(doc_engine, tmp_path):
+    path = tmp_path / "lonely.engine"
+    path.write_bytes(doc_engine.path.read_bytes())
+    with pytest.raises(EngineFileError, match=r"lonely\.engine\.json: expected an existing file"):
+        load_engine_file(path)
+
+
+@pytest.mark.gpu
+def test_deserialized_engine_aliases_agree_with_sidecar(llama_engine):
+    from trt_kv.runtime.engine_loader import load_cuda_engine
+
+    engine, _, meta = load_cuda_engine(llama_engine.path)
+    check_engine_aliases(engine, meta)
+    for alias in meta.aliases:
+        assert engine.get_aliased_input_tensor(alias.output) == alias.input
