@@ -137,7 +137,7 @@ def test_batch_heads_or_head_size_mismatch_raises(shape, axis, expected, actual)
 def test_update_longer_than_s_max_raises():
     _, net, cache, _, idx = _padded()
     update = net.add_input("long", trt.float16, (B, N, S_MAX + 1, H))
-    _raises(ShapeError, rf"long: expected S <= S_max = {S_MAX} \(axis 2\) {S_MAX}, got {S_MAX + 1}",
+    _raises(ShapeError, rf"long: expected S <= S_max = {S_MAX} \(axis 2\), got {S_MAX + 1}",
             lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
 
 

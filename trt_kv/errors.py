@@ -47,5 +47,7 @@ class GpuUnavailableError(TrtKvError, RuntimeError):
 
 
 def mismatch(tensor: str, what: str, expected: Any, actual: Any) -> str:
-    """``"<tensor>: expected <what> <expected>, got <actual>"``: the one message shape."""
-    return f"{tensor}: expected {what} {expected}, got {actual}"
+    """``"<tensor>: expected <what> <expected>, got <actual>"``: the one message shape
+    (``expected=""`` when ``what`` already says it)."""
+    wanted = f"{what} {expected}" if expected != "" else what
+    return f"{tensor}: expected {wanted.strip()}, got {actual}"

@@ -118,7 +118,7 @@ def validate_cache_update(
         _same_dim(update.name, "N (axis 1)", n, u[1])
         _same_dim(update.name, "H (axis 3)", h, u[3])
         if u[2] > s_max:
-            raise ShapeError(mismatch(update.name, f"S <= S_max = {s_max} (axis 2)", s_max, u[2]))
+            raise ShapeError(mismatch(update.name, f"S <= S_max = {s_max} (axis 2)", "", u[2]))
     else:
         if not FEATURES.packed_update_form:
             raise NetworkError(

@@ -25,7 +25,7 @@ WRITE_INDICES, UPDATE_LENGTHS = "write_indices", "update_lengths"
 class Backend(Protocol):
     name: str
     storage: CacheStorage
-    max_new_tokens: int  # most new tokens per sequence in one step (S bound)
+    max_step_tokens: int  # most new tokens per sequence in one step (S bound)
     vocab_size: int
 
     def run(self, plan: StepPlan) -> np.ndarray:

@@ -85,9 +85,7 @@ class CacheState:
                 mismatch("slots", "one non-empty token list per slot", len(slots), len(tokens))
             )
         if b > self.capacity:
-            raise SlotError(
-                mismatch("batch", f"at most capacity = {self.capacity}", self.capacity, b)
-            )
+            raise SlotError(mismatch("batch", f"at most capacity = {self.capacity}", "", b))
         lo = self._check_slot(slots[0])
         if list(slots) != list(range(lo, lo + b)):
             raise SlotError(
@@ -149,9 +147,7 @@ class CacheState:
         self._check_slot(slot)
         if not 0 <= length <= self.max_seq_len:
             raise CacheOverflowError(
-                mismatch(
-                    f"slot {slot}", f"length in [0, {self.max_seq_len}]", self.max_seq_len, length
-                )
+                mismatch(f"slot {slot}", f"length in [0, {self.max_seq_len}]", "", length)
             )
         self._lengths[slot] = length
 
@@ -166,7 +162,7 @@ class CacheState:
             self._check_slot(s)
         n = len(order)
         if n > self.capacity:
-            raise SlotError(mismatch("order", f"at most {self.capacity} slots", self.capacity, n))
+            raise SlotError(mismatch("order", f"at most {self.capacity} slots", "", n))
         self._lengths[:n] = self._lengths[list(order)]
 
     def freeze(self) -> None:

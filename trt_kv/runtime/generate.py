@@ -44,7 +44,7 @@ def generate(
                 mismatch(
                     f"prompt {k}",
                     f"length + max_new_tokens - 1 <= S_max = {s_max}",
-                    s_max,
+                    "",
                     len(p) + max_new_tokens - 1,
                 )
             )

@@ -25,7 +25,7 @@ class InterpreterBackend:
         self.inputs = frozenset(
             net.network.get_input(i).name for i in range(net.network.num_inputs)
         )
-        self.max_new_tokens = net.max_new_tokens
+        self.max_step_tokens = net.max_step_tokens
         self.vocab_size = net.config.vocab_size
 
     def run(self, plan: StepPlan) -> np.ndarray:

@@ -27,7 +27,7 @@ class PolygraphyBackend:
 
         engine, _, self.meta = load_cuda_engine(engine_path)
         md = self.meta.metadata
-        self.max_new_tokens = md["max_new_tokens"]
+        self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
         self.storage = DeviceCaches(self.meta.aliases, capacity or md["max_batch"])
         self.inputs = frozenset(t.name for t in self.meta.inputs)

@@ -36,12 +36,12 @@ class ReferenceBackend:
         *,
         capacity: int,
         max_seq_len: int,
-        max_new_tokens: int | None = None,
+        max_step_tokens: int | None = None,
     ) -> None:
         self.config = config
         self.weights = weights.astype(np.float32)
         self.storage = HostCaches(llama_cache_aliases(config, max_seq_len, "float32"), capacity)
-        self.max_new_tokens = max_new_tokens or max_seq_len
+        self.max_step_tokens = max_step_tokens or max_seq_len
         self.vocab_size = config.vocab_size
 
     def run(self, plan: StepPlan) -> np.ndarray:

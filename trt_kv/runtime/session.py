@@ -36,12 +36,12 @@ class Session:
     def step(self, tokens: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
         """Feed ``tokens[k]`` to slot ``lo + k``; returns each one's last logits ``[B, V]``."""
         longest = max((len(t) for t in tokens), default=0)
-        if longest > self.backend.max_new_tokens:
+        if longest > self.backend.max_step_tokens:
             raise ShapeError(
                 mismatch(
                     "tokens",
-                    "at most max_new_tokens per step",
-                    self.backend.max_new_tokens,
+                    "at most max_step_tokens per step",
+                    self.backend.max_step_tokens,
                     longest,
                 )
             )

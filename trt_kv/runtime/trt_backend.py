@@ -32,7 +32,7 @@ class TrtBackend:
     ) -> None:
         self.engine, _, self.meta = load_cuda_engine(engine_path)
         md = self.meta.metadata
-        self.max_new_tokens = md["max_new_tokens"]
+        self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
         capacity = capacity or md["max_batch"]
         self.context = self._context(cuda_graph and FEATURES.is_rtx)
@@ -41,13 +41,13 @@ class TrtBackend:
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.stream = create_stream()
         self.inputs = frozenset(t.name for t in self.meta.inputs)
-        most = capacity * self.max_new_tokens * 8  # int64 [B, S] is the largest step input
+        most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
         self.buffers = {
             name: DeviceBuffer(most)
             for name in self.inputs
             if name not in {a.input for a in self.meta.aliases}
         }
-        rows = capacity * (self.max_new_tokens if md.get("all_logits") else 1)
+        rows = capacity * (self.max_step_tokens if md.get("all_logits") else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4)
 
     def _context(self, rtx_graphs: bool) -> object:

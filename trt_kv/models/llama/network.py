@@ -181,7 +181,7 @@ class LlamaNetwork:
     profiles: list[Profile]
     max_seq_len: int
     max_batch: int
-    max_new_tokens: int
+    max_step_tokens: int
     dtype: str
     all_logits: bool
     keep: list[np.ndarray]  # weight arrays TensorRT reads at build time
@@ -193,7 +193,7 @@ class LlamaNetwork:
             "config": self.config.to_json(),
             "max_seq_len": self.max_seq_len,
             "max_batch": self.max_batch,
-            "max_new_tokens": self.max_new_tokens,
+            "max_step_tokens": self.max_step_tokens,
             "dtype": self.dtype,
             "all_logits": self.all_logits,
         }
@@ -205,25 +205,23 @@ def build_llama_network(
     *,
     max_seq_len: int = 512,
     max_batch: int = 8,
-    max_new_tokens: int = 128,
+    max_step_tokens: int = 128,
     dtype: str = "float16",
     all_logits: bool = False,
     method: Method = "auto",
 ) -> LlamaNetwork:
-    """Build the decoder network: prefill (S up to ``max_new_tokens``) and decode (S = 1).
+    """Build the decoder network: prefill (S up to ``max_step_tokens``) and decode (S = 1).
 
     Args:
         max_seq_len: S_max of every cache (static).
         max_batch: B upper bound of the optimization profile.
-        max_new_tokens: S upper bound (the longest prompt prefilled in one step).
+        max_step_tokens: S upper bound (the longest prompt prefilled in one step).
         dtype: "float16", "bfloat16" or "float32" for weights and activations.
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
     """
-    if max_new_tokens > max_seq_len:
+    if max_step_tokens > max_seq_len:
         raise ShapeError(
-            mismatch(
-                "max_new_tokens", f"<= max_seq_len = {max_seq_len}", max_seq_len, max_new_tokens
-            )
+            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
         )
     cfg = config
     builder, network = create_network()
@@ -266,7 +264,7 @@ def build_llama_network(
     logits = ctx.cast(logits, "float32")
     logits.name = LOGITS
     network.mark_output(logits)
-    profiles = [_profile(cfg, max_seq_len, max_batch, max_new_tokens, all_logits)]
+    profiles = [_profile(cfg, max_seq_len, max_batch, max_step_tokens, all_logits)]
     return LlamaNetwork(
         builder,
         network,
@@ -274,7 +272,7 @@ def build_llama_network(
         profiles,
         max_seq_len,
         max_batch,
-        max_new_tokens,
+        max_step_tokens,
         dtype,
         all_logits,
         ctx.keep,
