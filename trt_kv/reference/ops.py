@@ -212,7 +212,8 @@ def attention(
         scale: score scale, default ``1/sqrt(H)``.
 
     Returns:
-        ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros.
+        ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros; keys no query sees
+        (e.g. unwritten cache rows) never reach the output, whatever they hold.
     """
     b, nq, sq, h = q.shape
     nkv, skv = k.shape[1], k.shape[2]
@@ -229,6 +230,10 @@ def attention(
         else:
             scores = scores + mask
     scores = np.where(keep, scores, -np.inf)
+    # Keys no query may see contribute nothing, even if they hold NaN/Inf (unwritten cache
+    # rows past key_value_lengths): softmax runs over the kept keys only.
+    seen = keep.any(axis=-2)[..., None]  # [B, Nq, Skv, 1]
+    v = np.where(seen, v, 0).astype(v.dtype, copy=False)
     peak = np.max(scores, axis=-1, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
     weights = np.exp(scores - peak)
