@@ -19,8 +19,9 @@ B, N, S_MAX, H = 2, 3, 16, 8
 
 def _padded(dtype="float16", index_dtype="int32"):
     builder, net = create_network()
-    cache = add_cache_input(net, "past", num_heads=N, max_seq_len=S_MAX, head_dim=H,
-                            dtype=dtype, batch=B)
+    cache = add_cache_input(
+        net, "past", num_heads=N, max_seq_len=S_MAX, head_dim=H, dtype=dtype, batch=B
+    )
     update = net.add_input("update", dtypes.to_trt(dtype), (B, N, -1, H))
     idx = net.add_input("write_indices", dtypes.to_trt(index_dtype), (B,))
     return builder, net, cache, update, idx
@@ -41,8 +42,9 @@ def test_padded_update_builds_an_engine(dtype, index_dtype):
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 def test_packed_update_builds_an_engine(dtype, index_dtype):
     builder, net = create_network()
-    cache = add_cache_input(net, "past", num_heads=N, max_seq_len=S_MAX, head_dim=H,
-                            dtype=dtype, batch=B)
+    cache = add_cache_input(
+        net, "past", num_heads=N, max_seq_len=S_MAX, head_dim=H, dtype=dtype, batch=B
+    )
     update = net.add_input("update", dtypes.to_trt(dtype), (-1, N, H))
     idx = net.add_input("write_indices", dtypes.to_trt(index_dtype), (B,))
     lengths = net.add_input("update_lengths", trt.int32, (B + 1,))
@@ -55,16 +57,21 @@ def test_packed_update_builds_an_engine(dtype, index_dtype):
 
 
 def test_model_caches_name_every_layer_and_share_write_indices():
-    builder, net = create_network()
-    caches = add_model_caches(net, num_layers=2, num_kv_heads=N, head_dim=H,
-                              max_seq_len=S_MAX, dtype="float16")
+    _, net = create_network()
+    caches = add_model_caches(
+        net, num_layers=2, num_kv_heads=N, head_dim=H, max_seq_len=S_MAX, dtype="float16"
+    )
     for i in range(2):
         k = net.add_input(f"k{i}", trt.float16, (-1, N, -1, H))
         v = net.add_input(f"v{i}", trt.float16, (-1, N, -1, H))
         caches.update(i, k, v)
     pairs = [(a.input, a.output) for a in cache_aliases(net)]
-    assert pairs == [("past_key.0", "present_key.0"), ("past_value.0", "present_value.0"),
-                     ("past_key.1", "present_key.1"), ("past_value.1", "present_value.1")]
+    assert pairs == [
+        ("past_key.0", "present_key.0"),
+        ("past_value.0", "present_value.0"),
+        ("past_key.1", "present_key.1"),
+        ("past_value.1", "present_value.1"),
+    ]
     assert pairs == [(a.input, a.output) for a in caches.aliases]
     for i in range(net.num_layers):
         assert net.get_layer(i).get_input(2).name == "write_indices"
@@ -88,94 +95,146 @@ def test_rtx_networks_are_always_strongly_typed_else_not_strongly_typed_raises()
         assert net.get_flag(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
         add_kv_cache_update(net, cache, update, idx, output_name="present")
     else:
-        _raises(NetworkError, "network: expected creation flag STRONGLY_TYPED",
-                lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+        _raises(
+            NetworkError,
+            "network: expected creation flag STRONGLY_TYPED",
+            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+            net,
+        )
 
 
 def test_cache_not_a_network_input_raises():
     _, net, cache, update, idx = _padded()
     not_input = net.add_identity(cache).get_output(0)
     not_input.name = "copied_cache"
-    _raises(NetworkError, "copied_cache: expected a network input as cache",
-            lambda: add_kv_cache_update(net, not_input, update, idx, output_name="o"), net)
+    _raises(
+        NetworkError,
+        "copied_cache: expected a network input as cache",
+        lambda: add_kv_cache_update(net, not_input, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_dynamic_s_max_raises():
     _, net, _, update, idx = _padded()
     cache = net.add_input("dyn", trt.float16, (B, N, -1, H))
-    _raises(ShapeError, r"dyn: expected static S_max \(axis 2\) a positive size, got -1",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        ShapeError,
+        r"dyn: expected static S_max \(axis 2\) a positive size, got -1",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_cache_dtype_not_float_raises():
     _, net, _, _, idx = _padded()
     cache = net.add_input("icache", trt.int32, (B, N, S_MAX, H))
     update = net.add_input("iupdate", trt.int32, (B, N, 1, H))
-    _raises(DTypeError, r"icache: expected dtype \('float32', 'float16', 'bfloat16'\), got int32",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        DTypeError,
+        r"icache: expected dtype \('float32', 'float16', 'bfloat16'\), got int32",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_update_dtype_differs_from_cache_raises():
     _, net, cache, _, idx = _padded("float16")
     update = net.add_input("u32", trt.float32, (B, N, 1, H))
-    _raises(DTypeError, r"u32: expected dtype \(same as the cache\) float16, got float32",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        DTypeError,
+        r"u32: expected dtype \(same as the cache\) float16, got float32",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
-@pytest.mark.parametrize(("shape", "axis", "expected", "actual"), [
-    ((B + 1, N, 1, H), "B", B, B + 1),
-    ((B, N + 1, 1, H), "N", N, N + 1),
-    ((B, N, 1, H + 2), "H", H, H + 2),
-])
+@pytest.mark.parametrize(
+    ("shape", "axis", "expected", "actual"),
+    [
+        ((B + 1, N, 1, H), "B", B, B + 1),
+        ((B, N + 1, 1, H), "N", N, N + 1),
+        ((B, N, 1, H + 2), "H", H, H + 2),
+    ],
+)
 def test_batch_heads_or_head_size_mismatch_raises(shape, axis, expected, actual):
     _, net, cache, _, idx = _padded()
     update = net.add_input("bad", trt.float16, shape)
-    _raises(ShapeError, rf"bad: expected {axis} \(axis \d\) {expected}, got {actual}",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        ShapeError,
+        rf"bad: expected {axis} \(axis \d\) {expected}, got {actual}",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_update_longer_than_s_max_raises():
     _, net, cache, _, idx = _padded()
     update = net.add_input("long", trt.float16, (B, N, S_MAX + 1, H))
-    _raises(ShapeError, rf"long: expected S <= S_max = {S_MAX} \(axis 2\), got {S_MAX + 1}",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        ShapeError,
+        rf"long: expected S <= S_max = {S_MAX} \(axis 2\), got {S_MAX + 1}",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_write_indices_of_wrong_dtype_raises():
     _, net, cache, update, _ = _padded()
     idx = net.add_input("fidx", trt.float32, (B,))
-    _raises(DTypeError, r"fidx: expected dtype \('int32', 'int64'\), got float32",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        DTypeError,
+        r"fidx: expected dtype \('int32', 'int64'\), got float32",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_write_indices_of_wrong_shape_raises():
     _, net, cache, update, _ = _padded()
     idx = net.add_input("idx2d", trt.int32, (B, 1))
-    _raises(ShapeError, r"idx2d: expected shape \[B\], got \[2, 1\]",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        ShapeError,
+        r"idx2d: expected shape \[B\], got \[2, 1\]",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_write_indices_of_wrong_batch_raises():
     _, net, cache, update, _ = _padded()
     idx = net.add_input("idx3", trt.int32, (B + 1,))
-    _raises(ShapeError, rf"idx3: expected B \(axis 0\) {B}, got {B + 1}",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        ShapeError,
+        rf"idx3: expected B \(axis 0\) {B}, got {B + 1}",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_packed_form_without_lengths_raises():
     _, net, cache, _, idx = _padded()
     update = net.add_input("packed", trt.float16, (-1, N, H))
-    _raises(ShapeError, r"packed: expected update_lengths \[B \+ 1\] with a packed",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"), net)
+    _raises(
+        ShapeError,
+        r"packed: expected update_lengths \[B \+ 1\] with a packed",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
 
 
 def test_packed_lengths_of_wrong_shape_raises():
     _, net, cache, _, idx = _padded()
     update = net.add_input("packed", trt.float16, (-1, N, H))
     lengths = net.add_input("lens", trt.int32, (B,))
-    _raises(ShapeError, rf"lens: expected shape \[B \+ 1\] \[{B + 1}\], got \[{B}\]",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o",
-                                        update_lengths=lengths), net)
+    _raises(
+        ShapeError,
+        rf"lens: expected shape \[B \+ 1\] \[{B + 1}\], got \[{B}\]",
+        lambda: add_kv_cache_update(
+            net, cache, update, idx, output_name="o", update_lengths=lengths
+        ),
+        net,
+    )
 
 
 def test_layer_method_is_the_auto_choice_with_tensorrt_rtx():
@@ -193,20 +252,35 @@ def test_profile_missing_a_dynamic_input_raises():
 
 def test_int64_write_indices_cast_once_for_all_layers_where_the_layer_needs_int32():
     builder, net = create_network()
-    caches = add_model_caches(net, num_layers=3, num_kv_heads=N, head_dim=H,
-                              max_seq_len=S_MAX, dtype="float16", index_dtype="int64")
+    caches = add_model_caches(
+        net,
+        num_layers=3,
+        num_kv_heads=N,
+        head_dim=H,
+        max_seq_len=S_MAX,
+        dtype="float16",
+        index_dtype="int64",
+    )
     for i in range(3):
         kv = net.add_input(f"kv{i}", trt.float16, (-1, N, -1, H))
         caches.update(i, kv, kv)
-    casts = [net.get_layer(i) for i in range(net.num_layers)
-             if net.get_layer(i).type == trt.LayerType.CAST]
+    casts = [
+        net.get_layer(i)
+        for i in range(net.num_layers)
+        if net.get_layer(i).type == trt.LayerType.CAST
+    ]
     assert net.get_input(0).name == "write_indices"
     assert dtypes.name_of(net.get_input(0).dtype) == "int64"
     assert len(casts) == (0 if FEATURES.int64_write_indices else 1)
     shapes = {f"kv{i}": ((1, N, 1, H), (1, N, 1, H), (2, N, 4, H)) for i in range(3)}
     shapes["write_indices"] = ((1,), (1,), (2,))
-    shapes.update({n: ((1, N, S_MAX, H),) * 2 + ((2, N, S_MAX, H),)
-                   for a in caches.aliases for n in [a.input]})
+    shapes.update(
+        {
+            n: ((1, N, S_MAX, H),) * 2 + ((2, N, S_MAX, H),)
+            for a in caches.aliases
+            for n in [a.input]
+        }
+    )
     assert build_engine(builder, net, [Profile("p", shapes)]).data
 
 
@@ -214,6 +288,11 @@ def test_packed_lengths_must_be_int32():
     _, net, cache, _, idx = _padded()
     update = net.add_input("packed", trt.float16, (-1, N, H))
     lengths = net.add_input("lens64", trt.int64, (B + 1,))
-    _raises(DTypeError, r"lens64: expected dtype int32, got int64",
-            lambda: add_kv_cache_update(net, cache, update, idx, output_name="o",
-                                        update_lengths=lengths), net)
+    _raises(
+        DTypeError,
+        r"lens64: expected dtype int32, got int64",
+        lambda: add_kv_cache_update(
+            net, cache, update, idx, output_name="o", update_lengths=lengths
+        ),
+        net,
+    )

@@ -46,8 +46,11 @@ def test_window_may_start_at_any_slot():
 def test_overflow_names_slot_length_and_s_max_and_changes_nothing():
     state = CacheState(2, 8)
     state.commit(state.plan([0, 1], [[1] * 6, [1]]))
-    with pytest.raises(CacheOverflowError, match=r"slot 0: expected length \+ S <= S_max = 8, "
-                                                 r"got 6 \+ 3 = 9"):
+    with pytest.raises(
+        CacheOverflowError,
+        match=r"slot 0: expected length \+ S <= S_max = 8, "
+        r"got 6 \+ 3 = 9",
+    ):
         state.plan([0, 1], [[1, 2, 3], [1]])
     np.testing.assert_array_equal(state.lengths, [6, 1])
 
@@ -75,7 +78,9 @@ def test_slot_window_past_capacity_raises():
 
 
 def test_non_consecutive_slots_raise():
-    with pytest.raises(SlotError, match=r"slots: expected consecutive slots \[0, 1\], got \[0, 2\]"):
+    with pytest.raises(
+        SlotError, match=r"slots: expected consecutive slots \[0, 1\], got \[0, 2\]"
+    ):
         CacheState(4, 8).plan([0, 2], [[1], [1]])
 
 

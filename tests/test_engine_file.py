@@ -10,8 +10,15 @@ from trt_kv.errors import EngineFileError
 from trt_kv.jobs import build_doc_example, build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 
-TINY = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                   num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+TINY = LlamaConfig(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +28,16 @@ def doc_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llama_engine(tmp_path_factory):
-    return build_llama_engine("tiny", TINY, random_weights(TINY), dtype="float16",
-                              out_dir=tmp_path_factory.mktemp("engines"), max_seq_len=32,
-                              max_batch=2, max_step_tokens=8)
+    return build_llama_engine(
+        "tiny",
+        TINY,
+        random_weights(TINY),
+        dtype="float16",
+        out_dir=tmp_path_factory.mktemp("engines"),
+        max_seq_len=32,
+        max_batch=2,
+        max_step_tokens=8,
+    )
 
 
 def test_sidecar_round_trip(doc_engine):
@@ -32,16 +46,25 @@ def test_sidecar_round_trip(doc_engine):
     assert len(data) == meta.nbytes
     assert (meta.trt_module, meta.trt_version) == (FEATURES.module, FEATURES.version)
     assert [(a.input, a.output, a.shape, a.dtype) for a in meta.aliases] == [
-        ("cache", "cache_out", (4, 2, 8, 1), "float32")]
+        ("cache", "cache_out", (4, 2, 8, 1), "float32")
+    ]
     assert meta.write_indices == "write_indices"
 
 
 def test_sidecar_records_model_caches_profiles_and_config(llama_engine):
     _, meta = load_engine_file(llama_engine.path)
     assert [a.input for a in meta.aliases] == [
-        "past_key.0", "past_value.0", "past_key.1", "past_value.1"]
+        "past_key.0",
+        "past_value.0",
+        "past_key.1",
+        "past_value.1",
+    ]
     assert {a.output for a in meta.aliases} == {
-        "present_key.0", "present_value.0", "present_key.1", "present_value.1"}
+        "present_key.0",
+        "present_value.0",
+        "present_key.1",
+        "present_value.1",
+    }
     assert meta.aliases[0].shape == (-1, 2, 32, 8) and meta.aliases[0].dtype == "float16"
     assert meta.profiles[0].shapes["input_ids"] == ((1, 1), (2, 1), (2, 8))
     assert LlamaConfig.from_json(meta.metadata["config"]) == TINY

@@ -75,8 +75,12 @@ def test_index_dtype_must_be_int32_or_int64():
 
 def test_packed_lengths_must_end_at_token_count():
     with pytest.raises(ShapeError, match="update_lengths"):
-        kv_cache_update(DOC_CACHE, np.zeros((16, 2, 1), np.float32), DOC_WRITE_INDICES,
-                        np.array([0, 4, 8, 12, 15], np.int32))
+        kv_cache_update(
+            DOC_CACHE,
+            np.zeros((16, 2, 1), np.float32),
+            DOC_WRITE_INDICES,
+            np.array([0, 4, 8, 12, 15], np.int32),
+        )
 
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -105,8 +109,9 @@ def test_property_written_window_equals_update_and_rest_is_bit_identical(case):
     b, n, s_max, h, dtype, index_dtype, packed, counts, starts, seed = case
     rng = np.random.default_rng(seed)
     # Random bit patterns (NaNs included) show that untouched bytes stay untouched.
-    cache = rng.integers(0, 256, size=(b, n, s_max, h * np.dtype(dtype).itemsize),
-                         dtype=np.uint8).view(dtype)
+    cache = rng.integers(
+        0, 256, size=(b, n, s_max, h * np.dtype(dtype).itemsize), dtype=np.uint8
+    ).view(dtype)
     seqs = [rng.standard_normal((n, c, h)).astype(dtype) for c in counts]
     indices = np.array(starts, dtype=index_dtype)
     if packed:
@@ -118,7 +123,8 @@ def test_property_written_window_equals_update_and_rest_is_bit_identical(case):
     written = np.zeros(cache.shape, dtype=bool)
     for i, (w, c) in enumerate(zip(starts, counts)):
         written[i, :, w : w + c] = True
-        np.testing.assert_array_equal(out[i, :, w : w + c].view(np.uint8),
-                                      seqs[i].view(np.uint8))
-    assert (out.view(np.uint8)[~written.repeat(np.dtype(dtype).itemsize, -1)]
-            == cache.view(np.uint8)[~written.repeat(np.dtype(dtype).itemsize, -1)]).all()
+        np.testing.assert_array_equal(out[i, :, w : w + c].view(np.uint8), seqs[i].view(np.uint8))
+    assert (
+        out.view(np.uint8)[~written.repeat(np.dtype(dtype).itemsize, -1)]
+        == cache.view(np.uint8)[~written.repeat(np.dtype(dtype).itemsize, -1)]
+    ).all()

@@ -8,8 +8,15 @@ from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
 from trt_kv.runtime import ReferenceBackend, Sampler, Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-CFG = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+CFG = LlamaConfig(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
 WEIGHTS = random_weights(CFG, seed=1, std=0.3)
 S_MAX = 24
 PROMPT, OTHER = [5, 17, 42, 8], [61, 3]
@@ -179,8 +186,9 @@ def test_seeded_sampling_repeats_and_top_k_1_is_greedy():
 
 @pytest.fixture(scope="module")
 def interpreter_session():
-    net = build_llama_network(CFG, WEIGHTS, max_seq_len=S_MAX, max_batch=4, max_step_tokens=8,
-                              dtype="float32")
+    net = build_llama_network(
+        CFG, WEIGHTS, max_seq_len=S_MAX, max_batch=4, max_step_tokens=8, dtype="float32"
+    )
     return Session(InterpreterBackend(net))
 
 

@@ -48,8 +48,19 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     p.add_argument("--max-seq-len", type=int, default=256, help="S_max of every cache")
     p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--max-step-tokens", type=int, default=64, help="longest prompt per step")
+    p.add_argument(
+        "--max-step-tokens",
+        type=int,
+        default=None,
+        help="longest prompt per step (default min(64, max-seq-len))",
+    )
     p.add_argument("--out", type=Path, default=ENGINES_DIR)
+
+
+def _resolve(args: argparse.Namespace) -> argparse.Namespace:
+    if args.max_step_tokens is None:
+        args.max_step_tokens = min(64, args.max_seq_len)
+    return args
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -211,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.set_defaults(func=func)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        return args.func(_resolve(args))
     except TrtKvError as e:
         print(f"trt-kv: error: {e}", file=sys.stderr)
         return 2

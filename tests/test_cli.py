@@ -1,0 +1,127 @@
+"""The ``trt-kv`` command: build, generate on each CPU backend, a clear no-GPU error."""
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from trt_kv.cli import main
+from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
+from trt_kv.runtime.cuda import gpu_unavailable_reason
+
+TINY_HF_CONFIG = {
+    "model_type": "llama",
+    "vocab_size": 97,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 64,
+    "hidden_act": "silu",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    (folder / "config.json").write_text(json.dumps(TINY_HF_CONFIG))
+    weights = random_weights(LlamaConfig.from_hf(TINY_HF_CONFIG), seed=2, std=0.3)
+    save_file(
+        {k: np.ascontiguousarray(v) for k, v in to_hf_tensors(weights).items()},
+        str(folder / "model.safetensors"),
+    )
+    return folder
+
+
+def run_json(capsys, *argv):
+    assert main(["generate", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_build_prints_a_summary_table(tmp_path, capsys):
+    assert main(["build", "--no-model", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "engine" in out and "alias pairs" in out and "kv_cache_doc_example.engine" in out
+    assert (tmp_path / "kv_cache_doc_example.engine.json").is_file()
+
+
+def test_build_a_checkpoint_folder(tiny_model, tmp_path, capsys):
+    assert (
+        main(
+            [
+                "build",
+                "--model",
+                str(tiny_model),
+                "--out",
+                str(tmp_path),
+                "--max-seq-len",
+                "32",
+                "--max-batch",
+                "2",
+                "--max-step-tokens",
+                "8",
+            ]
+        )
+        == 0
+    )
+    assert f"{tiny_model.name}-float16.engine" in capsys.readouterr().out
+
+
+def test_generate_json_lists_generated_ids_per_prompt(tiny_model, capsys):
+    out = run_json(
+        capsys,
+        "--model",
+        str(tiny_model),
+        "--prompt-ids",
+        "1,2,3;4,5",
+        "--max-new-tokens",
+        "5",
+        "--backend",
+        "reference",
+    )
+    assert out["backend"] == "reference"
+    assert [len(ids) for ids in out["ids"]] == [5, 5]
+    assert out["tokens_per_s"] > 0
+
+
+def test_interpreter_and_reference_generate_the_same_ids(tiny_model, capsys):
+    args = [
+        "--model",
+        str(tiny_model),
+        "--prompt-ids",
+        "1,2,3;4,5",
+        "--max-new-tokens",
+        "6",
+        "--dtype",
+        "float32",
+        "--max-seq-len",
+        "32",
+    ]
+    ref = run_json(capsys, *args, "--backend", "reference")
+    got = run_json(capsys, *args, "--backend", "interpreter")
+    assert got["backend"] == "interpreter" and got["ids"] == ref["ids"]
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+@pytest.mark.parametrize("backend", ["tensorrt", "polygraphy"])
+def test_gpu_backend_without_gpu_says_so_and_names_cpu_backends(backend, capsys):
+    assert main(["generate", "--backend", backend]) == 2
+    err = capsys.readouterr().err
+    assert f"--backend {backend}: expected a CUDA GPU" in err
+    assert "reference, interpreter" in err
+
+
+def test_bad_prompt_ids_are_a_clear_error(capsys):
+    assert main(["generate", "--prompt-ids", "1,x"]) == 2
+    assert "--prompt-ids: expected '1,2,3;4,5', got '1,x'" in capsys.readouterr().err
+
+
+def test_text_prompt_needs_a_tokenizer(tiny_model, capsys):
+    assert main(["generate", "--model", str(tiny_model), "--prompt", "hello"]) == 2
+    assert "tokenizer.json" in capsys.readouterr().err
