@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES
-from trt_kv.builder.engine import BuiltEngine, Profile
+from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
 from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, source_input
 from trt_kv.errors import EngineFileError, mismatch
 
@@ -48,6 +48,7 @@ class EngineMeta:
     profiles: tuple[Profile, ...]
     build_seconds: float = 0.0
     metadata: dict = field(default_factory=dict)
+    cache_update: str | None = "layer"  # "layer" or "plugin"
 
     def to_json(self) -> dict:
         spec = lambda t: {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}  # noqa: E731
@@ -63,6 +64,7 @@ class EngineMeta:
             "outputs": [spec(t) for t in self.outputs],
             "profiles": [p.to_json() for p in self.profiles],
             "build_seconds": self.build_seconds,
+            "cache_update": self.cache_update,
             "metadata": self.metadata,
         }
 
@@ -81,6 +83,7 @@ class EngineMeta:
             profiles=tuple(Profile.from_json(p) for p in d["profiles"]),
             build_seconds=d.get("build_seconds", 0.0),
             metadata=d.get("metadata", {}),
+            cache_update=d.get("cache_update", "layer"),
         )
 
     def input(self, name: str) -> TensorSpec:
@@ -127,6 +130,7 @@ def describe(
         profiles=tuple(profiles),
         build_seconds=round(built.build_seconds, 3),
         metadata=metadata or {},
+        cache_update=cache_update_method(network),
     )
 
 
@@ -167,7 +171,13 @@ def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[b
 
 
 def check_engine_aliases(engine: object, meta: EngineMeta) -> None:
-    """Check a deserialized ``ICudaEngine`` aliases each cache output to its sidecar input."""
+    """Check a deserialized ``ICudaEngine`` aliases each cache output to its sidecar input.
+
+    Plugin engines are exempt: TensorRT may not report plugin aliasing through
+    ``get_aliased_input_tensor``, so their pairs come from the sidecar alone.
+    """
+    if meta.cache_update == "plugin":
+        return
     for alias in meta.aliases:
         actual = engine.get_aliased_input_tensor(alias.output)
         if actual != alias.input:

@@ -45,6 +45,19 @@ def create_network() -> tuple[object, object]:
     return builder, builder.create_network(flags)
 
 
+def cache_update_method(network: object) -> str | None:
+    """ "layer" or "plugin": how ``network`` updates its caches (None: no cache updates)."""
+    from trt_kv.plugin import is_plugin_cache_update
+
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if is_plugin_cache_update(layer):
+            return "plugin"
+        if layer.type == trt.LayerType.KV_CACHE_UPDATE:
+            return "layer"
+    return None
+
+
 def _check_profile(network: object, profile: Profile) -> None:
     inputs = {network.get_input(i).name: network.get_input(i) for i in range(network.num_inputs)}
     missing = [n for n, t in inputs.items() if -1 in tuple(t.shape) and n not in profile.shapes]
@@ -84,6 +97,10 @@ def build_engine(
     """Build ``network`` with ``profiles`` into serialized engine bytes (no GPU needed with
     TensorRT-RTX, which compiles ahead of time)."""
     config = builder.create_builder_config()
+    if cache_update_method(network) == "plugin":
+        from trt_kv.plugin import enable_aliased_io
+
+        enable_aliased_io(config)  # the plugin's output 0 aliases its cache input
     for profile in profiles:
         _check_profile(network, profile)
         p = builder.create_optimization_profile()

@@ -71,6 +71,7 @@ def validate_cache_update(
     update: object,
     write_indices: object,
     update_lengths: object | None = None,
+    method: Method = "layer",
 ) -> None:
     """Check the operands of one KV-cache update; raise before TensorRT sees anything.
 
@@ -120,7 +121,7 @@ def validate_cache_update(
         if u[2] > s_max:
             raise ShapeError(mismatch(update.name, f"S <= S_max = {s_max} (axis 2)", "", u[2]))
     else:
-        if not FEATURES.packed_update_form:
+        if method == "layer" and not FEATURES.packed_update_form:
             raise NetworkError(
                 mismatch(
                     update.name,
@@ -215,10 +216,10 @@ def add_kv_cache_update(
     Returns:
         The updated cache tensor ``[B, N, S_max, H]`` and the alias record.
     """
-    validate_cache_update(network, cache, update, write_indices, update_lengths)
-    write_indices = layer_write_indices(network, write_indices)
     if method == "auto":
         method = "layer" if FEATURES.kv_cache_update_layer else "plugin"
+    validate_cache_update(network, cache, update, write_indices, update_lengths, method)
+    write_indices = layer_write_indices(network, write_indices)
     if method == "plugin":
         from trt_kv.plugin import add_plugin_cache_update
 

@@ -15,6 +15,10 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
     the sidecar. Returns ``(engine, engine bytes, sidecar)``."""
     require_gpu(f"loading {path}")
     data, meta = load_engine_file(path)
+    if meta.cache_update == "plugin":
+        from trt_kv.plugin import register_creator
+
+        register_creator()
     engine = trt.Runtime(logger()).deserialize_cuda_engine(data)
     if engine is None:
         raise EngineFileError(
