@@ -125,3 +125,21 @@ def test_bad_prompt_ids_are_a_clear_error(capsys):
 def test_text_prompt_needs_a_tokenizer(tiny_model, capsys):
     assert main(["generate", "--model", str(tiny_model), "--prompt", "hello"]) == 2
     assert "tokenizer.json" in capsys.readouterr().err
+
+
+def test_text_prompt_is_tokenized_and_the_output_decoded(tiny_model, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(97)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tiny_model / "tokenizer.json"))
+    try:
+        assert main(["generate", "--model", str(tiny_model), "--prompt", "w5 w17 w42",
+                     "--max-new-tokens", "4", "--backend", "reference"]) == 0
+    finally:
+        (tiny_model / "tokenizer.json").unlink()
+    first = capsys.readouterr().out.splitlines()[0]
+    ids = [int(x) for x in first.split("[", 1)[1].split("]", 1)[0].split(",")]
+    assert len(ids) == 4
+    assert first.endswith(repr(" ".join(f"w{i}" for i in ids)))

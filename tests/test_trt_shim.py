@@ -1,0 +1,46 @@
+"""The one TensorRT import: module choice, features, Polygraphy pointed at the same module."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trt_kv import FEATURES
+
+
+def run_python(code, unset=(), **env):
+    full = {k: v for k, v in {**os.environ, **env}.items() if k not in unset}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full, check=False)
+
+
+def test_features_describe_the_installed_module():
+    import importlib
+
+    mod = importlib.import_module(FEATURES.module)
+    assert FEATURES.version == mod.__version__
+    assert FEATURES.kv_cache_update_layer == hasattr(mod.INetworkDefinition, "add_kv_cache_update")
+    assert FEATURES.attention_v2 and FEATURES.rotary_embedding
+    assert FEATURES.aliased_tensor_query
+
+
+def test_environment_variable_forces_the_module():
+    out = run_python("from trt_kv import FEATURES; print(FEATURES.module)",
+                     TRT_KV_TRT_MODULE=FEATURES.module)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == FEATURES.module
+
+
+def test_unknown_forced_module_is_a_clear_error():
+    out = run_python("import trt_kv", TRT_KV_TRT_MODULE="tensorflow")
+    assert out.returncode != 0
+    assert "TRT_KV_TRT_MODULE: expected one of ('tensorrt', 'tensorrt_rtx'), got 'tensorflow'" \
+        in out.stderr
+
+
+@pytest.mark.skipif(not FEATURES.is_rtx, reason="TensorRT-RTX only: Polygraphy's RTX switch")
+def test_polygraphy_uses_tensorrt_rtx_after_trt_kv_import():
+    code = "import trt_kv, polygraphy.config as c; print(c.USE_TENSORRT_RTX)"
+    out = run_python(code, unset=("POLYGRAPHY_USE_TENSORRT_RTX",))
+    assert out.stdout.strip() == "True", out.stderr
