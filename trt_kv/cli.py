@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trt_kv._trt import FEATURES
-from trt_kv.engine_file import ENGINES_DIR
-from trt_kv.errors import TrtKvError
+from trt_kv.engine_file import ENGINES_DIR, load_engine_file
+from trt_kv.errors import EngineFileError, TrtKvError
 from trt_kv.examples import load_model
 from trt_kv.jobs import BuiltFile, build_doc_example, build_llama_engine, model_engine_path
 from trt_kv.runtime.cuda import gpu_unavailable_reason, require_gpu
@@ -26,13 +26,23 @@ from trt_kv.runtime.session import Session
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
 
 
+def _caches(r: BuiltFile) -> str:
+    """``"60 x [B, 3, 256, 64] float16"``: count, shape and dtype of the cache inputs."""
+    kinds = sorted({(a.shape, a.dtype) for a in r.meta.aliases})
+    shape = lambda s: "[" + ", ".join("B" if d == -1 else str(d) for d in s) + "]"  # noqa: E731
+    return "; ".join(
+        f"{sum((a.shape, a.dtype) == k for a in r.meta.aliases)} x {shape(k[0])} {k[1]}"
+        for k in kinds
+    )
+
+
 def _table(rows: list[BuiltFile]) -> str:
     head = ("engine", "bytes", "caches", "alias pairs", "build s")
     body = [
         (
             r.path.name,
             f"{r.meta.nbytes:,}",
-            str(len(r.meta.aliases)),
+            _caches(r),
             str(len(r.meta.aliases)),
             f"{r.meta.build_seconds:.2f}",
         )
@@ -63,22 +73,33 @@ def _resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def _model_engine(
+    args: argparse.Namespace, name: str, config: object, weights: object, batch: int
+) -> BuiltFile:
+    """The model engine for these arguments: reused from ``args.out`` when its sidecar was
+    built for the same shapes, else (re)built."""
+    want = {
+        "max_seq_len": args.max_seq_len,
+        "max_batch": max(batch, args.max_batch),
+        "max_step_tokens": args.max_step_tokens,
+        "dtype": args.dtype,
+    }
+    path = model_engine_path(name, args.dtype, args.out)
+    if path.is_file() and args.command != "build":
+        try:
+            _, meta = load_engine_file(path)
+            if all(meta.metadata.get(k) == v for k, v in want.items()):
+                return BuiltFile(path, meta)
+        except EngineFileError:
+            pass  # stale or tampered: rebuild
+    return build_llama_engine(name, config, weights, out_dir=args.out, **want)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     rows = [build_doc_example(args.out)]
     if not args.no_model:
         name, config, weights = load_model(args.model)
-        rows.append(
-            build_llama_engine(
-                name,
-                config,
-                weights,
-                out_dir=args.out,
-                dtype=args.dtype,
-                max_seq_len=args.max_seq_len,
-                max_batch=args.max_batch,
-                max_step_tokens=args.max_step_tokens,
-            )
-        )
+        rows.append(_model_engine(args, name, config, weights, args.max_batch))
     print(f"built with {FEATURES.module} {FEATURES.version} into {args.out}")
     print(_table(rows))
     return 0
@@ -134,18 +155,7 @@ def make_backend(
         )
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")
-    path = args.engine or model_engine_path(name, args.dtype, args.out)
-    if not Path(path).is_file():
-        build_llama_engine(
-            name,
-            config,
-            weights,
-            out_dir=args.out,
-            dtype=args.dtype,
-            max_seq_len=args.max_seq_len,
-            max_batch=max(batch, args.max_batch),
-            max_step_tokens=args.max_step_tokens,
-        )
+    path = args.engine or _model_engine(args, name, config, weights, batch).path
     if args.backend == "polygraphy":
         from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
 
