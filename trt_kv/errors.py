@@ -34,6 +34,10 @@ class EngineFileError(TrtKvError):
     """An engine file or its sidecar is missing, tampered with, or from another TensorRT."""
 
 
+class FeedError(TrtKvError, LookupError):
+    """A feed misses a network input, or names a tensor that is not one."""
+
+
 class ConfigError(TrtKvError, ValueError):
     """A model configuration or checkpoint trt_kv cannot build."""
 

@@ -255,7 +255,9 @@ def build_llama_network(
     x = _rms_norm(ctx, x, weights.final_norm, cfg.rms_norm_eps)
     head = embed if weights.lm_head is None else ctx.const(weights.lm_head)
     if all_logits:
-        logits = _linear(ctx, x, ctx.shuffle(head, (1, 0, 0)))  # [B, S, V]
+        logits = _linear(
+            ctx, x, ctx.shuffle(head, (1, cfg.vocab_size, cfg.hidden_size))
+        )  # [B, S, V]
     else:
         rows = network.add_input(LAST_TOKEN_ROWS, trt.int32, (-1,))
         flat = ctx.shuffle(x, (-1, cfg.hidden_size))  # [B * S, D]

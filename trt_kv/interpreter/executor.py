@@ -1,0 +1,239 @@
+"""Compile a TensorRT network into a list of NumPy steps once; run it many times.
+
+``plan = compile_network(network)`` downcasts every layer, reads its attributes and converts
+constant weights (to the compute dtype) once; ``plan.run(feed)`` then only does arithmetic,
+which is what makes a decode loop on the CPU affordable.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from trt_kv import dtypes
+from trt_kv.errors import (
+    DTypeError,
+    FeedError,
+    NetworkError,
+    ShapeError,
+    UnsupportedLayerError,
+    mismatch,
+)
+from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
+from trt_kv.interpreter.registry import Kernel, compile_layer, is_float, type_name
+
+Precision = Literal["float32", "float64"]
+_PRECISIONS = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+@dataclass(frozen=True)
+class _Input:
+    name: str
+    shape: tuple[int, ...]  # -1 for a dynamic dimension
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class _Step:
+    layer: str
+    kernel: Kernel
+    inputs: tuple[tuple[str | None, bool], ...]  # (tensor name, cast to the compute dtype)
+    outputs: tuple[tuple[str, Callable[[np.ndarray], np.ndarray]], ...]
+
+
+def _declared(tensor: object, layer: str, kind: str) -> np.dtype:
+    try:
+        return dtypes.to_numpy(tensor.dtype)
+    except (TypeError, KeyError) as err:
+        raise UnsupportedLayerError(
+            f"layer {layer!r} ({kind}): unsupported tensor dtype {tensor.dtype} for {tensor.name!r}"
+        ) from err
+
+
+def _finisher(declared: np.dtype, compute: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    """Round a layer output to its declared dtype, keep floats in the compute dtype."""
+    if not is_float(declared):
+        return lambda a: np.asarray(a, dtype=declared)
+    if declared == compute:
+        return lambda a: np.asarray(a, dtype=compute)
+    # float16/bfloat16 (or float32 under float64 compute): round at the tensor boundary.
+    return lambda a: np.asarray(a).astype(declared).astype(compute)
+
+
+def _schedule(network: object, outputs: list[str]) -> list[int]:
+    """Indices of the layers the outputs depend on, producers before consumers.
+
+    TensorRT lists layers in insertion order, which ``set_input`` can make non-topological,
+    so this sorts (ties broken by insertion order) and drops layers no output needs.
+    """
+    layers = [network.get_layer(i) for i in range(network.num_layers)]
+    producer = {}
+    for i, layer in enumerate(layers):
+        for j in range(layer.num_outputs):
+            producer[layer.get_output(j).name] = i
+    deps: list[set[int]] = []
+    for layer in layers:
+        names = (layer.get_input(j) for j in range(layer.num_inputs))
+        deps.append({producer[t.name] for t in names if t is not None and t.name in producer})
+    needed: set[int] = set()
+    stack = [producer[name] for name in outputs if name in producer]
+    while stack:
+        i = stack.pop()
+        if i not in needed:
+            needed.add(i)
+            stack.extend(deps[i])
+    users: dict[int, list[int]] = {i: [] for i in needed}
+    waiting = {i: len(deps[i]) for i in needed}
+    for i in needed:
+        for d in deps[i]:
+            users[d].append(i)
+    ready = [i for i in needed if waiting[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(needed):
+        raise NetworkError("network: expected an acyclic layer graph, got a cycle")
+    return order
+
+
+class Plan:
+    """A network compiled for repeated NumPy execution. Build with :func:`compile_network`."""
+
+    def __init__(self, network: object, precision: Precision = "float32") -> None:
+        if precision not in _PRECISIONS:
+            raise ValueError(mismatch("precision", "one of", tuple(_PRECISIONS), precision))
+        self.precision = precision
+        compute = _PRECISIONS[precision]
+        self._inputs = [
+            _Input(t.name, tuple(t.shape), _declared(t, t.name, "network input"))
+            for t in (network.get_input(i) for i in range(network.num_inputs))
+        ]
+        outs = [network.get_output(i) for i in range(network.num_outputs)]
+        self._outputs = [(t.name, _declared(t, t.name, "network output")) for t in outs]
+        self._aliased: set[str] = set()
+        self._steps = [
+            self._compile(network.get_layer(i), compute)
+            for i in _schedule(network, [name for name, _ in self._outputs])
+        ]
+
+    def _compile(self, layer: object, compute: np.dtype) -> _Step:
+        kind = type_name(layer)
+        kernel = compile_layer(layer, compute)
+        inputs = []
+        for j in range(layer.num_inputs):
+            t = layer.get_input(j)
+            if t is None:
+                inputs.append((None, False))
+            else:
+                cast = is_float(_declared(t, layer.name, kind)) and j not in kernel.raw_inputs
+                inputs.append((t.name, cast))
+        outputs = []
+        for j in range(layer.num_outputs):
+            t = layer.get_output(j)
+            if j in kernel.aliases:
+                self._aliased.add(t.name)
+                outputs.append((t.name, _identity))
+            elif kernel.rounded:
+                outputs.append((t.name, _identity))
+            else:
+                outputs.append((t.name, _finisher(_declared(t, layer.name, kind), compute)))
+        return _Step(layer.name, kernel, tuple(inputs), tuple(outputs))
+
+    @property
+    def input_names(self) -> list[str]:
+        """Network input names, in network order."""
+        return [i.name for i in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Marked network output names, in network order."""
+        return [name for name, _ in self._outputs]
+
+    def _check_feed(self, feed: Mapping[str, np.ndarray]) -> None:
+        unknown = sorted(set(feed) - set(self.input_names))
+        if unknown:
+            raise FeedError(mismatch("feed", "only network inputs", self.input_names, unknown))
+        for spec in self._inputs:
+            if spec.name not in feed:
+                raise FeedError(mismatch(spec.name, "a feed array for network input", "", "none"))
+            a = feed[spec.name]
+            if not isinstance(a, np.ndarray):
+                raise DTypeError(mismatch(spec.name, "a NumPy array", spec.dtype, type(a)))
+            if a.dtype != spec.dtype:
+                raise DTypeError(
+                    mismatch(spec.name, "dtype", dtypes.name_of(spec.dtype), a.dtype.name)
+                )
+            if a.ndim != len(spec.shape) or any(
+                d != -1 and d != s for d, s in zip(spec.shape, a.shape)
+            ):
+                raise ShapeError(mismatch(spec.name, "shape", spec.shape, a.shape))
+
+    def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Execute the network on ``feed`` (input name -> array of the declared dtype).
+
+        Returns:
+            Output name -> array in the output's declared dtype. A KV-cache output is the
+            caller's fed cache array itself, updated in place.
+
+        Raises:
+            FeedError: a network input is missing, or the feed names an unknown tensor.
+            DTypeError, ShapeError: a feed array has the wrong dtype, rank or static dim.
+            CacheOverflowError: a cache write would reach past S_max (nothing written).
+        """
+        self._check_feed(feed)
+        values: dict[str, np.ndarray] = dict(feed)
+        compute = _PRECISIONS[self.precision]
+        for step in self._steps:
+            args = []
+            for name, cast in step.inputs:
+                a = None if name is None else values[name]
+                if cast and a.dtype != compute:
+                    a = a.astype(compute)
+                args.append(a)
+            result = step.kernel.fn(args)
+            if not isinstance(result, tuple):
+                result = (result,)
+            for (name, finish), value in zip(step.outputs, result):
+                values[name] = finish(value)
+        return {
+            name: values[name] if name in self._aliased else np.array(values[name], dtype=dt)
+            for name, dt in self._outputs
+        }
+
+    __call__ = run
+
+
+def _identity(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def compile_network(network: object, *, precision: Precision = "float32") -> Plan:
+    """Compile ``network`` (an ``INetworkDefinition``) for :meth:`Plan.run`.
+
+    Constant weights are read (and converted to the compute dtype) here, once: the arrays
+    behind the network's ``trt.Weights`` must still be alive, since TensorRT does not copy
+    them. The plan keeps no reference to the network afterwards.
+
+    Raises:
+        UnsupportedLayerError: a layer (type or setting) the interpreter does not execute;
+            the message names the layer and its type.
+    """
+    return Plan(network, precision)
+
+
+def execute(
+    network: object, feed: Mapping[str, np.ndarray], *, precision: Precision = "float32"
+) -> dict[str, np.ndarray]:
+    """Compile and run ``network`` once; see :meth:`Plan.run`. Use :func:`compile_network`
+    for repeated runs (decode loops)."""
+    return compile_network(network, precision=precision).run(feed)

@@ -1,0 +1,140 @@
+"""Layer handlers: one function per TensorRT layer type, looked up by ``LayerType``.
+
+A handler runs once per layer at compile time. It reads the layer's attributes (after
+downcasting it to its concrete class) and returns a :class:`Kernel`, the function that
+computes the layer's outputs from its input arrays on every run. Handlers register with
+:func:`handles`; the executor never needs to know which layer types exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+
+from trt_kv.errors import NetworkError, UnsupportedLayerError
+
+Array = np.ndarray
+Inputs = Sequence[Array | None]
+KernelFn = Callable[[Inputs], Array | tuple[Array, ...]]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What runs for one layer on every call.
+
+    ``fn`` takes the layer's inputs in TensorRT's input order (``None`` for an absent
+    optional input) and returns its output(s). Float inputs arrive in the compute dtype,
+    except those listed in ``raw_inputs``, which arrive exactly as stored (for an in-place
+    cache update: the caller's own array). ``aliases`` maps an output index to the input index
+    whose array it returns unchanged, which the executor then hands back to the caller as is.
+    ``rounded`` says the outputs already hold values of their declared dtype (constants), so
+    the executor skips rounding them on every run.
+    """
+
+    fn: KernelFn
+    raw_inputs: frozenset[int] = field(default_factory=frozenset)
+    aliases: dict[int, int] = field(default_factory=dict)
+    rounded: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    """Compile-time facts a handler may need besides the layer itself."""
+
+    compute: np.dtype  # float32 or float64: the dtype floats are computed in
+    layer_name: str
+    layer_type: str
+
+    def unsupported(self, setting: str) -> UnsupportedLayerError:
+        """The error for a layer setting the interpreter does not execute."""
+        return UnsupportedLayerError(
+            f"layer {self.layer_name!r} ({self.layer_type}): unsupported setting: {setting}"
+        )
+
+    def pick(self, table: Mapping[object, T], key: object, what: str) -> T:
+        """``table[key]``, or the unsupported-setting error naming ``what`` and ``key``."""
+        if key not in table:
+            raise self.unsupported(f"{what} {key}")
+        return table[key]
+
+
+Handler = Callable[[object, Context], Kernel | KernelFn]
+
+_HANDLERS: dict[object, tuple[type | None, Handler]] = {}
+
+
+def handles(layer_type: object, layer_class: type | None) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``layer_type``.
+
+    ``layer_class`` is the ``trt.I*Layer`` class the layer is downcast to before the handler
+    sees it (Polygraphy's trick: ``network.get_layer`` returns a base ``ILayer``).
+    """
+
+    def register(fn: Handler) -> Handler:
+        _HANDLERS[layer_type] = (layer_class, fn)
+        return fn
+
+    return register
+
+
+def type_name(layer: object) -> str:
+    """``"SHUFFLE"`` for a shuffle layer: the ``LayerType`` member name."""
+    return str(layer.type).rsplit(".", 1)[-1]
+
+
+def compile_layer(layer: object, compute: np.dtype) -> Kernel:
+    """Downcast ``layer``, run its handler and return its kernel.
+
+    Raises:
+        UnsupportedLayerError: no handler for the layer type, or a setting the handler refuses.
+        NetworkError: TensorRT itself cannot infer the layer's output (an invalid network).
+    """
+    ctx = Context(np.dtype(compute), layer.name, type_name(layer))
+    entry = _HANDLERS.get(layer.type)
+    if entry is None:
+        raise UnsupportedLayerError(
+            f"layer {ctx.layer_name!r} ({ctx.layer_type}): layer type not supported by the "
+            f"interpreter"
+        )
+    layer_class, fn = entry
+    if layer_class is not None:
+        layer.__class__ = layer_class
+    try:
+        kernel = fn(layer, ctx)
+    except UnsupportedLayerError:  # a NotImplementedError, hence a RuntimeError too
+        raise
+    except RuntimeError as err:  # e.g. "Could not get tensor shape": TensorRT rejects the layer
+        raise NetworkError(
+            f"layer {ctx.layer_name!r} ({ctx.layer_type}): TensorRT cannot describe it ({err}); "
+            f"see the TensorRT log"
+        ) from err
+    return kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+
+
+def axes_of(mask: int, rank: int) -> tuple[int, ...]:
+    """Axis indices set in a TensorRT axes bitmask (bit i is axis i)."""
+    return tuple(i for i in range(rank) if mask >> i & 1)
+
+
+def rank_of(tensor: object) -> int:
+    """Rank of a TensorRT tensor as declared in the network."""
+    return len(tuple(tensor.shape))
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """True for float32/float16/bfloat16 (and float64), the dtypes computed in float."""
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype).name == "bfloat16"
+
+
+def arg(x: Inputs, index: int) -> Array | None:
+    """Input ``index`` of a kernel call, or None when absent (optional inputs may be missing)."""
+    return x[index] if index < len(x) else None
+
+
+def input_or_none(layer: object, index: int) -> object | None:
+    """``layer.get_input(index)``, or None when the layer has fewer inputs or it is unset."""
+    return layer.get_input(index) if index < layer.num_inputs else None

@@ -1,0 +1,141 @@
+"""Transformer layers: rotary embedding, KV-cache update (native layer and trt_kv's plugin),
+attention v2. The arithmetic is :mod:`trt_kv.reference.ops`; this module only maps TensorRT's
+layer inputs and attributes onto it."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from trt_kv._trt import trt
+from trt_kv.errors import ShapeError, mismatch
+from trt_kv.interpreter.registry import Array, Context, Inputs, Kernel, arg, handles, input_or_none
+from trt_kv.reference import ops
+
+_CAUSAL = {
+    trt.CausalMaskKind.NONE: "none",
+    trt.CausalMaskKind.UPPER_LEFT: "upper_left",
+    trt.CausalMaskKind.LOWER_RIGHT: "lower_right",
+}
+_PACKED = trt.AttentionIOForm.PACKED_NHD
+
+
+@handles(trt.LayerType.ROTARY_EMBEDDING, trt.IRotaryEmbeddingLayer)
+def rotary_embedding(layer: object, ctx: Context) -> object:
+    """RoPE of ``x [B, N, S, H]`` on its leading ``R`` dims (``rotary_embedding_dim``, 0 = H);
+    the rest passes through. With ``position_ids [B, S]`` (input 3), cos/sin are
+    ``[P, R/2]`` tables; without, they are ``[B, S, R/2]``, one row per token.
+    ``interleaved`` rotates pairs (x[2i], x[2i+1]); otherwise halves (x[i], x[i + R/2])."""
+    interleaved = bool(layer.interleaved)
+    dim = int(layer.rotary_embedding_dim) or None
+
+    def run(x: Inputs) -> Array:
+        data, cos, sin = x[0], x[1], x[2]
+        positions = arg(x, 3)
+        if positions is None:  # per-token rows: index them by a running position id
+            b, _, s, _ = data.shape
+            cos, sin = cos.reshape(b * s, -1), sin.reshape(b * s, -1)
+            positions = np.arange(b * s).reshape(b, s)
+        return ops.apply_rope(data, cos, sin, positions, dim, interleaved)
+
+    return run
+
+
+def _cache_update(packed: bool) -> Kernel:
+    """Write ``update`` into the caller's cache in place (reference checks first, so an
+    overflowing write raises CacheOverflowError with nothing written); output 0 is input 0."""
+
+    def run(x: Inputs) -> Array:
+        cache, update, write_indices = x[0], x[1], x[2]
+        lengths = x[3] if packed else None
+        if not cache.flags.writeable:
+            raise ValueError(
+                mismatch("cache", "a writeable array (updated in place)", "", "read-only")
+            )
+        return ops.kv_cache_update_(cache, update.astype(cache.dtype), write_indices, lengths)
+
+    return Kernel(run, raw_inputs=frozenset({0}), aliases={0: 0})
+
+
+@handles(trt.LayerType.KV_CACHE_UPDATE, trt.IKVCacheUpdateLayer)
+def kv_cache_update(layer: object, ctx: Context) -> Kernel:
+    """LINEAR update of ``cache [B, N, S_max, H]`` from a padded ``[B, N, S, H]`` update, or a
+    packed ``[T, N, H]`` one with ``update_lengths [B + 1]`` (input 3)."""
+    if layer.cache_mode != trt.KVCacheMode.LINEAR:
+        raise ctx.unsupported(f"cache mode {layer.cache_mode}")
+    packed = layer.update_form == _PACKED
+    if packed and input_or_none(layer, 3) is None:
+        raise ctx.unsupported("PACKED_NHD update form without update_lengths")
+    return _cache_update(packed)
+
+
+@handles(trt.LayerType.PLUGIN_V3, trt.IPluginV3Layer)
+def plugin_v3(layer: object, ctx: Context) -> Kernel:
+    """trt_kv's cache-update plugin (inputs cache, update, write_indices[, update_lengths]),
+    executed like the native layer. Any other plugin is unsupported."""
+    from trt_kv.plugin import is_plugin_cache_update  # lazy: the plugin package pulls in CUDA
+
+    if not is_plugin_cache_update(layer):
+        raise ctx.unsupported("a plugin other than trt_kv's KV-cache update")
+    return _cache_update(layer.num_inputs > 3 and layer.get_input(3) is not None)
+
+
+def _unpack(x: Array, cumulative: Array) -> list[Array]:
+    """``[T, N, H]`` packed rows -> per-sequence ``[1, N, L_b, H]``."""
+    bounds = cumulative.astype(np.int64)
+    return [x[lo:hi].transpose(1, 0, 2)[None] for lo, hi in itertools.pairwise(bounds)]
+
+
+@handles(trt.LayerType.ATTENTION_INPUT, trt.IAttentionBoundaryLayer)
+def attention_input(layer: object, ctx: Context) -> object:
+    """Attention v2 (computed here; ATTENTION_OUTPUT passes the result on).
+
+    Inputs: 0 query ``[B, Nq, Sq, H]``, 1 key, 2 value ``[B, Nkv, Skv, H]`` (Nq a multiple of
+    Nkv: GQA), 3 mask (bool, True keeps; or additive float) broadcastable to
+    ``[B, Nq, Sq, Skv]``, 5 query_lengths, 6 key_value_lengths. PACKED_NHD forms ``[T, N, H]``
+    are split per sequence with the cumulative lengths. No 1/sqrt(H) scaling: TensorRT expects
+    Q (or K) pre-scaled (docs: transformers fused-attention guide), open question (a).
+    LOWER_RIGHT with key_value_lengths anchors the diagonal at each sequence's valid length
+    L_b, as :func:`trt_kv.reference.ops.causal_keep` does, open question (b).
+    """
+    att = layer.attention
+    if att.norm_op != trt.AttentionNormalizationOp.SOFTMAX:
+        raise ctx.unsupported(f"norm_op {att.norm_op}")
+    if att.normalization_quantize_scale is not None:
+        raise ctx.unsupported("normalization_quantize_scale")
+    causal = _CAUSAL[att.causal_kind]
+    q_packed, kv_packed = att.query_form == _PACKED, att.key_value_form == _PACKED
+    if (q_packed or kv_packed) and input_or_none(layer, 3) is not None:
+        raise ctx.unsupported("a mask with PACKED_NHD query or key/value form")
+
+    def attend(q: Array, k: Array, v: Array, **kw: object) -> Array:
+        return ops.attention(q, k, v, causal=causal, scale=1.0, **kw)
+
+    def run(x: Inputs) -> Array:
+        q, k, v = x[0], x[1], x[2]
+        mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
+        if not (q_packed or kv_packed):
+            return attend(q, k, v, mask=mask, kv_lengths=kv_len)
+        batch = len(kv_len) - 1 if kv_packed else k.shape[0]
+        qs = _unpack(q, q_len) if q_packed else [q[b : b + 1] for b in range(batch)]
+        if kv_packed:
+            ks, vs = _unpack(k, kv_len), _unpack(v, kv_len)
+        else:
+            lengths = np.full(batch, k.shape[2]) if kv_len is None else kv_len
+            ks = [k[b : b + 1, :, : lengths[b]] for b in range(batch)]
+            vs = [v[b : b + 1, :, : lengths[b]] for b in range(batch)]
+        if len(qs) != batch:
+            raise ShapeError(mismatch(f"{ctx.layer_name}: query_lengths", "batch", batch, len(qs)))
+        outs = [attend(qb, kb, vb) for qb, kb, vb in zip(qs, ks, vs)]
+        if q_packed:  # back to [T, Nq, H]
+            return np.concatenate([o[0].transpose(1, 0, 2) for o in outs], axis=0)
+        return np.concatenate(outs, axis=0)
+
+    return run
+
+
+@handles(trt.LayerType.ATTENTION_OUTPUT, trt.IAttentionBoundaryLayer)
+def attention_output(layer: object, ctx: Context) -> object:
+    """The attention result computed by the matching ATTENTION_INPUT layer."""
+    return lambda x: x[0]
