@@ -54,6 +54,21 @@ _IGNORED = {
 }
 
 
+_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+_LLAMA3_FIELDS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
+
+
 @dataclass(frozen=True)
 class RopeScaling:
     """``rope_scaling`` of type "llama3" (Llama 3.1+ frequency smoothing)."""
@@ -121,13 +136,21 @@ class LlamaConfig:
         unknown = sorted(k for k in d if k not in _IGNORED)
         if unknown:
             raise ConfigError(mismatch("config.json", "only supported fields, extra", [], unknown))
-        rope = dict(d.get("rope_parameters") or {})  # transformers >= 5 nests rope settings
-        if d.get("rope_scaling"):
-            rope.update(d["rope_scaling"])
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ConfigError(mismatch("config.json", "required fields, missing", "", missing))
+        # transformers >= 5 nests rope settings in rope_parameters; a legacy rope_scaling
+        # replaces them whole (as transformers does), with theta from the top level.
+        rope = dict(d.get("rope_scaling") or d.get("rope_parameters") or {})
         theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
         kind = rope.get("rope_type", rope.get("type", "default"))
         scaling = None
         if kind == "llama3":
+            absent = [k for k in _LLAMA3_FIELDS if k not in rope]
+            if absent:
+                raise ConfigError(
+                    mismatch("config.rope_scaling (llama3)", "fields, missing", "", absent)
+                )
             scaling = RopeScaling(
                 float(rope["factor"]),
                 float(rope["low_freq_factor"]),

@@ -1,0 +1,117 @@
+"""Benchmark: build the SmolLM2-135M-shaped float16 engine (random weights) on the CPU, and
+time one interpreter decode step of the same network.
+
+    python scripts/bench_build.py [--max-seq-len 512] [--out-dir DIR]
+
+Targets (benchmarks, not tests): network + engine build < 60 s on a 2-core machine; one
+interpreter decode step < 1 s at B=1 and B=8 after a 16-token prefill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from trt_kv.jobs import build_to_file, model_engine_path
+from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
+from trt_kv.runtime import Session
+from trt_kv.runtime.interpreter_backend import InterpreterBackend
+
+BUILD_TARGET_S = 60.0
+DECODE_TARGET_S = 1.0
+PREFILL_TOKENS = 16
+DECODE_STEPS = 5
+
+
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    print(f"\n{title}")
+    print(line(header))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+
+
+def _verdict(seconds: float, target: float) -> str:
+    return "ok" if seconds < target else "MISSED"
+
+
+def _decode_seconds(session: Session, batch: int) -> tuple[float, float]:
+    """``(prefill seconds, median decode-step seconds)`` for ``batch`` 16-token prompts."""
+    prompts = [[(7 * b + t) % 1000 + 1 for t in range(PREFILL_TOKENS)] for b in range(batch)]
+    start = time.perf_counter()
+    logits = session.prefill(prompts)
+    prefill = time.perf_counter() - start
+    steps = []
+    for _ in range(DECODE_STEPS):
+        start = time.perf_counter()
+        logits = session.decode(logits.argmax(axis=-1))
+        steps.append(time.perf_counter() - start)
+    return prefill, statistics.median(steps)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-seq-len", type=int, default=512)
+    parser.add_argument("--out-dir", type=Path, default=None, help="default: a temporary folder")
+    args = parser.parse_args(argv)
+
+    config = LlamaConfig()  # SmolLM2-135M
+    weights = random_weights(config)
+    start = time.perf_counter()
+    net = build_llama_network(config, weights, max_seq_len=args.max_seq_len, dtype="float16")
+    network_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = args.out_dir or Path(tmp)
+        path = model_engine_path("smollm2-135m-bench", "float16", out_dir)
+        built = build_to_file(net.builder, net.network, net.profiles, path, net.metadata())
+        engine_s, nbytes = built.meta.build_seconds, built.meta.nbytes
+
+    cores = os.cpu_count()
+    shape = (
+        f"SmolLM2-135M float16 engine: S_max={net.max_seq_len}, B<={net.max_batch}, "
+        f"S<={net.max_step_tokens}, {cores} CPU cores"
+    )
+    total_s = network_s + engine_s
+    target = f"< {BUILD_TARGET_S:.0f} s on this {cores}-core machine"
+    _table(
+        shape,
+        ("step", "measured", "target", "verdict"),
+        [
+            ("network build", f"{network_s:.2f} s", "", ""),
+            ("engine build", f"{engine_s:.2f} s", "", ""),
+            ("network + engine", f"{total_s:.2f} s", target, _verdict(total_s, BUILD_TARGET_S)),
+            ("engine bytes", f"{nbytes:,} ({nbytes / 2**20:.1f} MiB)", "", ""),
+        ],
+    )
+
+    start = time.perf_counter()
+    session = Session(InterpreterBackend(net))
+    compile_s = time.perf_counter() - start
+    rows = [("interpreter compile", "", f"{compile_s:.2f} s", "", "")]
+    for batch in (1, 8):
+        prefill_s, step_s = _decode_seconds(session, batch)
+        rows.append(
+            (
+                f"decode step, B={batch}",
+                f"{prefill_s:.2f} s",
+                f"{step_s:.3f} s",
+                f"< {DECODE_TARGET_S:.0f} s",
+                _verdict(step_s, DECODE_TARGET_S),
+            )
+        )
+    _table(
+        f"Interpreter on the same network ({PREFILL_TOKENS}-token prefill, "
+        f"median of {DECODE_STEPS} decode steps)",
+        ("step", "prefill", "measured", "target", "verdict"),
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
