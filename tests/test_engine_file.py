@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from tiny_models import TINY_GQA
 
 from trt_kv import FEATURES
 from trt_kv.engine_file import check_engine_aliases, load_engine_file, sidecar_path
@@ -10,15 +11,7 @@ from trt_kv.errors import EngineFileError
 from trt_kv.jobs import build_doc_example, build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 
-TINY = LlamaConfig(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-)
+TINY = TINY_GQA
 
 
 @pytest.fixture(scope="module")

@@ -4,22 +4,15 @@ agrees with the NumPy reference model (trt_kv.reference.llama) on prefill and de
 from __future__ import annotations
 
 import numpy as np
+from tiny_models import TINY_GQA
 
 from trt_kv.builder import build_engine
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.interpreter import compile_network
-from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
+from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.reference import llama as reference
 
-CONFIG = LlamaConfig(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-)
+CONFIG = TINY_GQA
 S_MAX = 16
 
 

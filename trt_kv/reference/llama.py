@@ -31,19 +31,20 @@ def _attention_block(
     lw: LayerWeights,
     x: np.ndarray,
     positions: np.ndarray,
+    rope: tuple[np.ndarray, np.ndarray],
     cache: tuple[np.ndarray, np.ndarray],
     write_indices: np.ndarray,
     kv_lengths: np.ndarray,
 ) -> np.ndarray:
-    """``x [B, S, D]`` -> ``[B, S, D]``; writes this step's K/V into ``cache`` in place."""
+    """``x [B, S, D]`` -> ``[B, S, D]``; writes this step's K/V into ``cache`` in place.
+    ``rope``: the (cos, sin) tables ``[S_max, H/2]``."""
     b, s, _ = x.shape
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     q = (x @ lw.wq.T).reshape(b, s, nq, h).transpose(0, 2, 1, 3)  # [B, Nq, S, H]
     k = (x @ lw.wk.T).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)  # [B, Nkv, S, H]
     v = (x @ lw.wv.T).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)
-    cos, sin = rope_tables(cfg, cache[0].shape[2])
-    q = apply_rope(q, cos, sin, positions)
-    k = apply_rope(k, cos, sin, positions)
+    q = apply_rope(q, *rope, positions)
+    k = apply_rope(k, *rope, positions)
     k_all = kv_cache_update_(cache[0], k.astype(cache[0].dtype), write_indices)
     v_all = kv_cache_update_(cache[1], v.astype(cache[1].dtype), write_indices)
     j = np.arange(k_all.shape[2])
@@ -76,12 +77,14 @@ def forward(
         logits ``[B, S, V]`` in the weights' dtype.
     """
     x = w.embed[input_ids]  # [B, S, D]
+    rope = rope_tables(cfg, caches[0][0].shape[2])  # computed once per step, not per layer
     for lw, cache in zip(w.layers, caches):
         x = x + _attention_block(
             cfg,
             lw,
             rms_norm(x, lw.attn_norm, cfg.rms_norm_eps),
             positions,
+            rope,
             cache,
             write_indices,
             kv_lengths,
