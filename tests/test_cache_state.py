@@ -142,3 +142,20 @@ def test_frozen_steps_do_not_commit():
 def test_set_length_past_s_max_raises():
     with pytest.raises(CacheOverflowError, match=r"slot 0: expected length in \[0, 8\]"):
         CacheState(1, 8).set_length(0, 9)
+
+
+def test_token_array_plans_the_same_step_as_token_lists():
+    state = CacheState(4, 16)
+    state.commit(state.plan([0, 1, 2], [[1, 2, 3], [4], [5, 6]]))
+    from_lists = state.plan(range(0, 3), [[7, 8], [9, 10], [11, 12]])
+    from_array = state.plan(range(0, 3), np.array([[7, 8], [9, 10], [11, 12]]))
+    for field in ("counts", "input_ids", "position_ids", "write_indices", "kv_lengths",
+                  "last_token_rows"):
+        got, want = getattr(from_array, field), getattr(from_lists, field)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+
+
+def test_empty_token_array_raises():
+    with pytest.raises(SlotError, match=r"tokens: expected an array \[B, S\] with S >= 1"):
+        CacheState(2, 8).plan(range(0, 2), np.zeros((2, 0), np.int64))

@@ -67,8 +67,11 @@ class CacheState:
         return int(slot)
 
     # -- planning ----------------------------------------------------------------------
-    def plan(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> StepPlan:
+    def plan(self, slots: Sequence[int], tokens: Sequence[Sequence[int]] | np.ndarray) -> StepPlan:
         """Plan one step feeding ``tokens[k]`` to ``slots[k]``.
+
+        ``tokens`` is one list per slot (ragged), or an integer array ``[B, S]`` when every
+        slot gets S tokens (the decode fast path: no per-sequence Python work).
 
         ``slots`` must be consecutive (``lo, lo + 1, ...``): each step binds one contiguous
         window of the cache buffers. Use :meth:`reorder` to gather sequences first.
@@ -87,27 +90,34 @@ class CacheState:
         if b > self.capacity:
             raise SlotError(mismatch("batch", f"at most capacity = {self.capacity}", "", b))
         lo = self._check_slot(slots[0])
-        if list(slots) != list(range(lo, lo + b)):
+        consecutive = isinstance(slots, range) and slots.step == 1
+        if not consecutive and list(slots) != list(range(lo, lo + b)):
             raise SlotError(
                 mismatch("slots", "consecutive slots", list(range(lo, lo + b)), list(slots))
             )
         self._check_slot(lo + b - 1)
-        counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=b)
-        if (counts == 0).any():
-            empty = int(slots[int(np.argmin(counts))])
-            raise SlotError(mismatch(f"slot {empty}", "at least one new token", ">= 1", 0))
-        s = int(counts.max())
+        if isinstance(tokens, np.ndarray):
+            if tokens.ndim != 2 or tokens.shape[1] == 0:
+                raise SlotError(mismatch("tokens", "an array [B, S] with S >= 1", "", tokens.shape))
+            s = tokens.shape[1]
+            counts = np.full(b, s, dtype=np.int64)
+            input_ids = tokens.astype(np.int32)
+        else:
+            counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=b)
+            if (counts == 0).any():
+                empty = int(slots[int(np.argmin(counts))])
+                raise SlotError(mismatch(f"slot {empty}", "at least one new token", ">= 1", 0))
+            s = int(counts.max())
+            input_ids = np.zeros((b, s), dtype=np.int32)
+            for k, t in enumerate(tokens):
+                input_ids[k, : len(t)] = t
         start = self._lengths[lo : lo + b]
-        over = start + s > self.max_seq_len
-        if over.any():
-            k = int(np.argmax(over))
+        if int(start.max()) + s > self.max_seq_len:
+            k = int(np.argmax(start))
             raise CacheOverflowError(
                 f"slot {lo + k}: expected length + S <= S_max = {self.max_seq_len}, "
                 f"got {int(start[k])} + {s} = {int(start[k]) + s}"
             )
-        input_ids = np.zeros((b, s), dtype=np.int32)
-        for k, t in enumerate(tokens):
-            input_ids[k, : len(t)] = t
         return StepPlan(
             lo=lo,
             counts=counts,

@@ -33,9 +33,13 @@ class Session:
         return self.state.capacity
 
     # -- steps -------------------------------------------------------------------------
-    def step(self, tokens: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
-        """Feed ``tokens[k]`` to slot ``lo + k``; returns each one's last logits ``[B, V]``."""
-        longest = max((len(t) for t in tokens), default=0)
+    def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
+        """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an array ``[B, S]``);
+        returns each one's last logits ``[B, V]``."""
+        if isinstance(tokens, np.ndarray):
+            longest = tokens.shape[-1] if tokens.size else 0
+        else:
+            longest = max((len(t) for t in tokens), default=0)
         if longest > self.backend.max_step_tokens:
             raise ShapeError(
                 mismatch(
@@ -58,7 +62,7 @@ class Session:
 
     def decode(self, tokens: Sequence[int], lo: int = 0) -> np.ndarray:
         """One new token per slot ``lo, lo + 1, ...``; returns logits ``[B, V]``."""
-        return self.step([[int(t)] for t in tokens], lo)
+        return self.step(np.asarray(tokens, dtype=np.int64).reshape(-1, 1), lo)
 
     # -- cache operations ------------------------------------------------------------------
     def length(self, slot: int) -> int:
