@@ -34,8 +34,9 @@ class NoWorkBackend:
         self.storage = HostCaches(llama_cache_aliases(config, max_seq_len, "float16"), capacity)
         self.max_step_tokens = max_seq_len
         self.vocab_size = config.vocab_size
-        self.inputs = frozenset(["input_ids", "position_ids", "write_indices",
-                                 "key_value_lengths", "last_token_rows"])
+        self.inputs = frozenset(
+            ["input_ids", "position_ids", "write_indices", "key_value_lengths", "last_token_rows"]
+        )
         self.logits = np.zeros((capacity, config.vocab_size), np.float32)
 
     def run(self, plan: StepPlan) -> np.ndarray:
@@ -63,12 +64,16 @@ def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> 
         from trt_kv.models.llama import build_llama_network
         from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-        return InterpreterBackend(build_llama_network(
-            config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt))
+        return InterpreterBackend(
+            build_llama_network(
+                config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
+            )
+        )
     from trt_kv.jobs import build_llama_engine
 
-    path = build_llama_engine(run_name, config, weights, max_seq_len=s_max, max_batch=batch,
-                              max_step_tokens=prompt).path
+    path = build_llama_engine(
+        run_name, config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
+    ).path
     if name == "polygraphy":
         from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
 
@@ -98,8 +103,12 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="default")
-    p.add_argument("--backends", nargs="*", default=["interpreter"],
-                   help="reference interpreter tensorrt tensorrt-graph polygraphy")
+    p.add_argument(
+        "--backends",
+        nargs="*",
+        default=["interpreter"],
+        help="reference interpreter tensorrt tensorrt-graph polygraphy",
+    )
     p.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=8, help="256 for the GPU targets")
@@ -119,8 +128,9 @@ def main() -> None:
         for b in args.batches:
             backend = make_backend(name, args.model, b, s_max, args.prompt)
             tps, ms = time_decode(backend, b, args.prompt, args.new_tokens)
-            rows.append((name, str(b), str(args.prompt), str(args.new_tokens), f"{tps:.1f}",
-                         f"{ms:.2f}"))
+            rows.append(
+                (name, str(b), str(args.prompt), str(args.new_tokens), f"{tps:.1f}", f"{ms:.2f}")
+            )
     if rows:
         print(f"\ndecode ({args.model})")
         print(table(("backend", "batch", "prompt", "new", "tokens/s", "ms/step"), rows))

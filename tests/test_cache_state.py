@@ -149,8 +149,14 @@ def test_token_array_plans_the_same_step_as_token_lists():
     state.commit(state.plan([0, 1, 2], [[1, 2, 3], [4], [5, 6]]))
     from_lists = state.plan(range(0, 3), [[7, 8], [9, 10], [11, 12]])
     from_array = state.plan(range(0, 3), np.array([[7, 8], [9, 10], [11, 12]]))
-    for field in ("counts", "input_ids", "position_ids", "write_indices", "kv_lengths",
-                  "last_token_rows"):
+    for field in (
+        "counts",
+        "input_ids",
+        "position_ids",
+        "write_indices",
+        "kv_lengths",
+        "last_token_rows",
+    ):
         got, want = getattr(from_array, field), getattr(from_lists, field)
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype

@@ -136,8 +136,22 @@ def test_text_prompt_is_tokenized_and_the_output_decoded(tiny_model, capsys):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tiny_model / "tokenizer.json"))
     try:
-        assert main(["generate", "--model", str(tiny_model), "--prompt", "w5 w17 w42",
-                     "--max-new-tokens", "4", "--backend", "reference"]) == 0
+        assert (
+            main(
+                [
+                    "generate",
+                    "--model",
+                    str(tiny_model),
+                    "--prompt",
+                    "w5 w17 w42",
+                    "--max-new-tokens",
+                    "4",
+                    "--backend",
+                    "reference",
+                ]
+            )
+            == 0
+        )
     finally:
         (tiny_model / "tokenizer.json").unlink()
     first = capsys.readouterr().out.splitlines()[0]

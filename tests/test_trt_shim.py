@@ -11,8 +11,9 @@ from trt_kv import FEATURES
 
 def run_python(code, unset=(), **env):
     full = {k: v for k, v in {**os.environ, **env}.items() if k not in unset}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, check=False
+    )
 
 
 def test_features_describe_the_installed_module():
@@ -26,8 +27,9 @@ def test_features_describe_the_installed_module():
 
 
 def test_environment_variable_forces_the_module():
-    out = run_python("from trt_kv import FEATURES; print(FEATURES.module)",
-                     TRT_KV_TRT_MODULE=FEATURES.module)
+    out = run_python(
+        "from trt_kv import FEATURES; print(FEATURES.module)", TRT_KV_TRT_MODULE=FEATURES.module
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == FEATURES.module
 
@@ -35,8 +37,10 @@ def test_environment_variable_forces_the_module():
 def test_unknown_forced_module_is_a_clear_error():
     out = run_python("import trt_kv", TRT_KV_TRT_MODULE="tensorflow")
     assert out.returncode != 0
-    assert "TRT_KV_TRT_MODULE: expected one of ('tensorrt', 'tensorrt_rtx'), got 'tensorflow'" \
+    assert (
+        "TRT_KV_TRT_MODULE: expected one of ('tensorrt', 'tensorrt_rtx'), got 'tensorflow'"
         in out.stderr
+    )
 
 
 @pytest.mark.skipif(not FEATURES.is_rtx, reason="TensorRT-RTX only: Polygraphy's RTX switch")
