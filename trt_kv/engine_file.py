@@ -17,7 +17,7 @@ from pathlib import Path
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES
 from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
-from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, source_input
+from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, cache_update_layers, source_input
 from trt_kv.errors import EngineFileError, mismatch
 
 FORMAT = 1
@@ -104,14 +104,8 @@ def _specs(tensors: list) -> tuple[TensorSpec, ...]:
 
 
 def _write_indices_name(network: object) -> str | None:
-    from trt_kv._trt import trt
-    from trt_kv.plugin import is_plugin_cache_update
-
-    for i in range(network.num_layers):
-        layer = network.get_layer(i)
-        if layer.type == trt.LayerType.KV_CACHE_UPDATE or is_plugin_cache_update(layer):
-            return source_input(network, layer.get_input(2)).name
-    return None
+    updates = cache_update_layers(network)
+    return source_input(network, updates[0][1].get_input(2)).name if updates else None
 
 
 def describe(

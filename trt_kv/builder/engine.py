@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from trt_kv._trt import logger as _logger
 from trt_kv._trt import trt
+from trt_kv.builder.kv_cache import cache_update_layers
 from trt_kv.errors import NetworkError, ShapeError, mismatch
 
 Shape = tuple[int, ...]
@@ -47,15 +48,8 @@ def create_network() -> tuple[object, object]:
 
 def cache_update_method(network: object) -> str | None:
     """ "layer" or "plugin": how ``network`` updates its caches (None: no cache updates)."""
-    from trt_kv.plugin import is_plugin_cache_update
-
-    for i in range(network.num_layers):
-        layer = network.get_layer(i)
-        if is_plugin_cache_update(layer):
-            return "plugin"
-        if layer.type == trt.LayerType.KV_CACHE_UPDATE:
-            return "layer"
-    return None
+    updates = cache_update_layers(network)
+    return updates[0][0] if updates else None
 
 
 def _check_profile(network: object, profile: Profile) -> None:

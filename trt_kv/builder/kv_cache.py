@@ -248,16 +248,25 @@ def add_kv_cache_update(
     return CacheUpdate(out, alias)
 
 
-def cache_aliases(network: object) -> list[CacheAlias]:
-    """Every (cache input, updated output) pair in ``network``, read from its layers."""
+def cache_update_layers(network: object) -> list[tuple[str, object]]:
+    """Every KV-cache update in ``network`` as ``("layer" | "plugin", layer)``; inputs are
+    ``(cache, update, write_indices[, update_lengths])`` and output 0 the updated cache."""
     from trt_kv.plugin import is_plugin_cache_update
 
     found = []
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if layer.type == trt.LayerType.KV_CACHE_UPDATE or is_plugin_cache_update(layer):
-            cache, out = layer.get_input(0), layer.get_output(0)
-            found.append(
-                CacheAlias(cache.name, out.name, _dims(cache), dtypes.name_of(cache.dtype))
-            )
+        if layer.type == trt.LayerType.KV_CACHE_UPDATE:
+            found.append(("layer", layer))
+        elif is_plugin_cache_update(layer):
+            found.append(("plugin", layer))
+    return found
+
+
+def cache_aliases(network: object) -> list[CacheAlias]:
+    """Every (cache input, updated output) pair in ``network``, read from its layers."""
+    found = []
+    for _, layer in cache_update_layers(network):
+        cache, out = layer.get_input(0), layer.get_output(0)
+        found.append(CacheAlias(cache.name, out.name, _dims(cache), dtypes.name_of(cache.dtype)))
     return found
