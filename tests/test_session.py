@@ -224,3 +224,38 @@ def test_nan_outside_the_written_window_stays_untouched(interpreter_session):
         assert np.isnan(arr[1, :, 4:]).all()
         assert np.isnan(arr[2:]).all()
     s.reset()
+
+
+def test_malformed_restore_writes_nothing():
+    s = session()
+    s.prefill([PROMPT])
+    before = s.snapshot(0)
+    snap = s.snapshot(0)
+    snap["past_value.1"] = snap["past_value.1"][:, :, :-1]  # last cache malformed (wrong H)
+    with pytest.raises(ShapeError):
+        s.restore(0, {k: np.zeros_like(v) if k != "past_value.1" else v for k, v in snap.items()})
+    for name, rows in s.snapshot(0).items():
+        np.testing.assert_array_equal(rows, before[name])
+
+
+def test_malformed_legacy_import_writes_nothing():
+    s = session()
+    s.prefill([PROMPT, PROMPT])
+    before = s.export_legacy([0, 1])
+    past = [tuple(np.zeros_like(a) for a in layer) for layer in before]
+    past[-1] = (past[-1][0], past[-1][1][:, :, :, :-1])  # last layer's V malformed
+    with pytest.raises(ShapeError):
+        s.import_legacy(past, [0, 1])
+    for got, want in zip(s.export_legacy([0, 1]), before):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_legacy_import_with_unequal_layer_lengths_raises():
+    s = session()
+    s.prefill([PROMPT])
+    past = list(s.export_legacy([0]))
+    past[0] = tuple(a[:, :, :-1] for a in past[0])
+    with pytest.raises(ShapeError, match="one length L for every layer"):
+        s.import_legacy(past, [1])
+    assert s.length(1) == 0

@@ -80,8 +80,9 @@ class CacheStorage(ABC):
                     sorted(snap),
                 )
             )
-        for name, rows in snap.items():
+        for name, rows in snap.items():  # check all before writing any: nothing half-written
             self._check_rows(name, rows)
+        for name, rows in snap.items():
             self.write_slot(name, slot, rows)
         return lengths.pop()
 
@@ -113,16 +114,23 @@ class CacheStorage(ABC):
             raise ShapeError(
                 mismatch("past_key_values", "layers", len(self.aliases) // 2, len(past))
             )
-        for i, (key, value) in enumerate(past):
-            k, v, *_ = cache_names(i)
-            for name, arr in ((k, key), (v, value)):
-                if arr.ndim != 4 or arr.shape[0] != len(slots):
-                    raise ShapeError(
-                        mismatch(name, "shape [B, N, L, H] with B", len(slots), arr.shape)
-                    )
-                for b, s in enumerate(slots):
-                    self._check_rows(name, arr[b])
-                    self.write_slot(name, s, arr[b])
+        named = [
+            (name, arr)
+            for i, pair in enumerate(past)
+            for name, arr in zip(cache_names(i)[:2], pair)
+        ]
+        for name, arr in named:  # check all before writing any: nothing half-written
+            if arr.ndim != 4 or arr.shape[0] != len(slots):
+                raise ShapeError(mismatch(name, "shape [B, N, L, H] with B", len(slots), arr.shape))
+            self._check_rows(name, arr[0])
+        lengths = sorted({arr.shape[2] for _, arr in named})
+        if len(lengths) != 1:
+            raise ShapeError(
+                mismatch("past_key_values", "one length L for every layer", "", lengths)
+            )
+        for name, arr in named:
+            for b, s in enumerate(slots):
+                self.write_slot(name, s, arr[b])
         return past[0][0].shape[2]
 
 
