@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trt_kv.errors import CacheOverflowError, SlotError
+from trt_kv.errors import CacheOverflowError, ShapeError, SlotError
 from trt_kv.runtime.cache_state import CacheState
 
 
@@ -165,3 +165,10 @@ def test_token_array_plans_the_same_step_as_token_lists():
 def test_empty_token_array_raises():
     with pytest.raises(SlotError, match=r"tokens: expected an array \[B, S\] with S >= 1"):
         CacheState(2, 8).plan(range(0, 2), np.zeros((2, 0), np.int64))
+
+
+def test_step_wider_than_max_step_tokens_raises():
+    with pytest.raises(
+        ShapeError, match="tokens: expected at most max_step_tokens per step 2, got 3"
+    ):
+        CacheState(2, 8, max_step_tokens=2).plan([0], [[1, 2, 3]])

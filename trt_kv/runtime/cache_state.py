@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv.errors import CacheOverflowError, SlotError, mismatch
+from trt_kv.errors import CacheOverflowError, ShapeError, SlotError, mismatch
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,10 @@ class StepPlan:
 class CacheState:
     """Lengths of ``capacity`` cache slots of ``max_seq_len`` rows each."""
 
-    def __init__(self, capacity: int, max_seq_len: int) -> None:
+    def __init__(self, capacity: int, max_seq_len: int, max_step_tokens: int | None = None) -> None:
         self.capacity = capacity
         self.max_seq_len = max_seq_len
+        self.max_step_tokens = max_seq_len if max_step_tokens is None else max_step_tokens
         self._lengths = np.zeros(capacity, dtype=np.int64)
         self._frozen = False
 
@@ -79,6 +80,7 @@ class CacheState:
         Raises:
             SlotError: no slots, unknown or non-consecutive slots, more than ``capacity``,
                 a sequence with no tokens.
+            ShapeError: S > ``max_step_tokens`` (the engine's profile bound).
             CacheOverflowError: ``length + S > S_max`` for a slot (S = the padded width, since
                 the padded update writes S rows).
         """
@@ -111,6 +113,10 @@ class CacheState:
             input_ids = np.zeros((b, s), dtype=np.int32)
             for k, t in enumerate(tokens):
                 input_ids[k, : len(t)] = t
+        if s > self.max_step_tokens:
+            raise ShapeError(
+                mismatch("tokens", "at most max_step_tokens per step", self.max_step_tokens, s)
+            )
         start = self._lengths[lo : lo + b]
         if int(start.max()) + s > self.max_seq_len:
             k = int(np.argmax(start))

@@ -26,7 +26,9 @@ class Session:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.storage = backend.storage
-        self.state = CacheState(self.storage.capacity, self.storage.max_seq_len)
+        self.state = CacheState(
+            self.storage.capacity, self.storage.max_seq_len, backend.max_step_tokens
+        )
 
     @property
     def capacity(self) -> int:
@@ -36,19 +38,6 @@ class Session:
     def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
         """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an array ``[B, S]``);
         returns each one's last logits ``[B, V]``."""
-        if isinstance(tokens, np.ndarray):
-            longest = tokens.shape[-1] if tokens.size else 0
-        else:
-            longest = max((len(t) for t in tokens), default=0)
-        if longest > self.backend.max_step_tokens:
-            raise ShapeError(
-                mismatch(
-                    "tokens",
-                    "at most max_step_tokens per step",
-                    self.backend.max_step_tokens,
-                    longest,
-                )
-            )
         plan = self.state.plan(range(lo, lo + len(tokens)), tokens)
         logits = self.backend.run(plan)
         self.state.commit(plan)
