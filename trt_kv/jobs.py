@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trt_kv.builder import Profile, build_engine
+from trt_kv.builder import Profile, Routes, build_engine
 from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, save_engine
 from trt_kv.examples import doc_example_network
 from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
@@ -58,8 +58,10 @@ def build_llama_engine(
     max_seq_len: int = 512,
     max_batch: int = 8,
     max_step_tokens: int = 128,
+    routes: Routes | None = None,
 ) -> BuiltFile:
-    """A Llama engine for prefill and decode, with the config in the sidecar metadata."""
+    """A Llama engine for prefill and decode, with the config and the routes chosen
+    (``routes``: "auto" parts take the best the installed TensorRT has) in the sidecar."""
     net = build_llama_network(
         config,
         weights,
@@ -67,6 +69,7 @@ def build_llama_engine(
         max_batch=max_batch,
         max_step_tokens=max_step_tokens,
         dtype=dtype,
+        routes=routes,
     )
     return build_to_file(
         net.builder,
