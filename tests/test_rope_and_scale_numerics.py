@@ -43,12 +43,13 @@ CASES = {
 
 
 def _hugging_face_tables(config: LlamaConfig, rope_parameters: dict) -> tuple:
+    rope = {"rope_type": "default", "rope_theta": config.rope_theta, **rope_parameters}
     hf = transformers.LlamaConfig(
         hidden_size=config.hidden_size,
         num_attention_heads=config.num_attention_heads,
         head_dim=config.head_dim,
         max_position_embeddings=8192,
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta, **rope_parameters},
+        rope_parameters=rope,
     )
     positions = torch.arange(FIRST, LAST)[None]
     cos, sin = LlamaRotaryEmbedding(hf)(torch.zeros(1, dtype=torch.float32), positions)
@@ -89,7 +90,7 @@ def test_queries_are_scaled_in_float32_and_rounded_once():
     """H = 128: 1/sqrt(128) rounds to 0.0884 in float16, so a float16 multiply by it gives
     other values than float32 scaling rounded once (159 of these 1024)."""
     q = np.random.default_rng(0).standard_normal((1, 1, 8, 128)).astype(np.float16)
-    builder, network = create_network()
+    _builder, network = create_network()  # the builder stays alive with the network
     g = Graph(network, "float16")
     out = scale_queries(g, network.add_input("q", trt.float16, q.shape), 128)
     out.name = "scaled"
