@@ -160,22 +160,3 @@ def test_text_prompt_is_tokenized_and_the_output_decoded(tiny_model, capsys):
     ids = [int(x) for x in match.group(1).split(",")]
     assert len(ids) == 4
     assert match.group(2) == " ".join(f"w{i}" for i in ids)
-
-
-def test_python_dash_m_trt_kv_lists_every_subcommand_with_its_help():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parent.parent)
-    out = subprocess.run(
-        [sys.executable, "-m", "trt_kv", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": root},
-    ).stdout
-    assert "usage: trt-kv" in out
-    for line in ("build the doc example", "generate tokens for prompts", "build, then generate"):
-        assert line in out

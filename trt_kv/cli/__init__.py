@@ -20,9 +20,28 @@ from trt_kv.errors import TrtKvError
 SUBCOMMANDS = ("build", "generate", "demo")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs kept as written; each option's default shown when it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.option_strings
+            and action.default not in (None, False, argparse.SUPPRESS)
+            and "%(default)" not in text
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``trt-kv`` parser with every subcommand's arguments."""
+    from trt_kv.cli.version import VersionAction
+
     parser = argparse.ArgumentParser(prog="trt-kv", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--version", action=VersionAction, help="trt_kv, TensorRT and CUDA versions, then exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"trt_kv.cli.{name}")
@@ -30,10 +49,11 @@ def make_parser() -> argparse.ArgumentParser:
             name,
             help=module.HELP,
             description=module.HELP,
-            epilog=f"example:\n  {module.EXAMPLE}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=f"example:\n  {module.EXAMPLE}\n",
+            formatter_class=HelpFormatter,
         )
         module.add_arguments(p)
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
         p.set_defaults(func=module.run)
     return parser
 

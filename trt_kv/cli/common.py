@@ -1,5 +1,5 @@
 """What several subcommands share: the model/engine options, the model engine (reused or
-built), and the engine summary table."""
+built), and plain-text tables. Nothing heavy is imported at module level."""
 
 from __future__ import annotations
 
@@ -12,23 +12,23 @@ if TYPE_CHECKING:
     from trt_kv.jobs import BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
+# trt_kv.engine_file.ENGINES_DIR, without importing NumPy and TensorRT to print --help.
+ENGINES_DIR = Path(__file__).resolve().parent.parent.parent / "engines"
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``."""
-    from trt_kv.engine_file import ENGINES_DIR
-
     p.add_argument("--model", default="default", help="'default' or a Hugging Face folder")
-    p.add_argument("--dtype", default="float16", choices=DTYPES)
+    p.add_argument("--dtype", default="float16", choices=DTYPES, help="weights and activations")
     p.add_argument("--max-seq-len", type=int, default=256, help="S_max of every cache")
-    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=8, help="most sequences per step")
     p.add_argument(
         "--max-step-tokens",
         type=int,
         default=None,
-        help="longest prompt per step (default min(64, max-seq-len))",
+        help="longest prompt per step (None: min(64, max-seq-len))",
     )
-    p.add_argument("--out", type=Path, default=ENGINES_DIR)
+    p.add_argument("--out", type=Path, default=ENGINES_DIR, help="engine folder")
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from trt_kv.cli import common
@@ -18,20 +17,20 @@ GPU_BACKENDS = ("tensorrt", "polygraphy")
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
     common.add_model_arguments(p)
-    p.add_argument("--prompt-ids", default="1,2,3,4,5;6,7,8")
+    p.add_argument("--prompt-ids", default="1,2,3,4,5;6,7,8", help="token ids, ';' per prompt")
     p.add_argument("--prompt", help="text (needs tokenizer.json in --model)")
-    p.add_argument("--max-new-tokens", type=int, default=8)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate per prompt")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-k", type=int, help="sample from the k most likely tokens")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
-    p.add_argument("--cuda-graph", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
+    p.add_argument("--json", action="store_true", help="one JSON line: backend, ids, tokens/s")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_generation_arguments(p)
-    p.add_argument("--backend", choices=BACKENDS, default="reference")
+    p.add_argument("--backend", choices=BACKENDS, default="reference", help="where to run")
 
 
 def _parse_ids(text: str) -> list[list[int]]:
@@ -98,6 +97,8 @@ def make_backend(
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
     from trt_kv.examples import load_model
     from trt_kv.runtime.cuda import require_gpu
     from trt_kv.runtime.generate import generate
