@@ -42,19 +42,7 @@ TARGETS = {  # side prefix -> (decode, prefill, peak RSS) ratio targets; None: n
     "reference": (1.5, None, None),
 }
 ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-SMOLLM2_135M = dict(
-    vocab_size=49152,
-    hidden_size=576,
-    intermediate_size=1536,
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    head_dim=64,
-    rms_norm_eps=1e-5,
-    rope_theta=100000.0,
-    tie_word_embeddings=True,
-    max_position_embeddings=8192,
-)
+VOCAB = 49152  # SmolLM2-135M
 
 
 # -- children ------------------------------------------------------------------------------
@@ -63,13 +51,17 @@ def save_model(folder: str) -> None:
     import torch
     import transformers
 
+    from trt_kv.models.llama import LlamaConfig
+
+    shape = LlamaConfig.smollm2_135m().to_json()  # trt_kv's preset, in Hugging Face's words
+    del shape["rope_scaling"]
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMOLLM2_135M))
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape))
     model.save_pretrained(folder)
 
 
 def _prompt(batch: int, context: int) -> np.ndarray:
-    return np.random.default_rng(1).integers(1, SMOLLM2_135M["vocab_size"], (batch, context))
+    return np.random.default_rng(1).integers(1, VOCAB, (batch, context))
 
 
 def _decode_ms(step: Callable[[np.ndarray], np.ndarray], first: np.ndarray, steps: int) -> float:
