@@ -4,14 +4,13 @@ update, chosen from the module's features, forced by ``Routes(...)``, recorded i
 Every route combination TensorRT-RTX can build is built into a real engine on the CPU, and
 the same network, run on the interpreter, generates the ids of the NumPy reference and of
 Hugging Face ``generate``. The features of other TensorRT versions are given as data
-(``dataclasses.replace(FEATURES, ...)``) to the same route chooser the builder calls.
+(``FEATURES._replace(...)``) to the same route chooser the builder calls.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,8 +27,7 @@ from trt_kv.runtime import ReferenceBackend, Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 # What each TensorRT offers (the chooser reads features, never these version strings).
-RTX = replace(
-    FEATURES,
+RTX = FEATURES._replace(
     module="tensorrt_rtx",
     version="1.7.1",
     attention_v2=True,
@@ -39,12 +37,13 @@ RTX = replace(
     kv_cache_update_layer=True,
     python_plugins=False,
 )
-TRT_11 = replace(RTX, module="tensorrt", version="11.0", python_plugins=True)
-TRT_10_15 = replace(TRT_11, version="10.15.1", attention_v2=False, attention_kv_lengths=False)
-TRT_10_14 = replace(TRT_10_15, version="10.14.1", rotary_embedding=False)
-TRT_10_14 = replace(TRT_10_14, kv_cache_update_layer=False)
-TRT_10_3 = replace(TRT_10_14, version="10.3.0", attention=False)
-TRT_8_6 = replace(TRT_10_3, version="8.6.1", python_plugins=False)
+TRT_11 = RTX._replace(module="tensorrt", version="11.0", python_plugins=True)
+TRT_10_15 = TRT_11._replace(version="10.15.1", attention_v2=False, attention_kv_lengths=False)
+TRT_10_14 = TRT_10_15._replace(
+    version="10.14.1", rotary_embedding=False, kv_cache_update_layer=False
+)
+TRT_10_3 = TRT_10_14._replace(version="10.3.0", attention=False)
+TRT_8_6 = TRT_10_3._replace(version="8.6.1", python_plugins=False)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from trt_kv._trt import FEATURES, Features
+from trt_kv import _trt
+from trt_kv._trt import Features
 from trt_kv.errors import RouteError, mismatch
 
 AUTO = "auto"
@@ -91,8 +92,9 @@ def _resolve(part: str, requested: str, features: Features) -> str:
     raise RouteError(mismatch(f"routes.{part}", wanted, "", "; ".join(reasons)))
 
 
-def resolve_routes(requested: Routes | None = None, features: Features = FEATURES) -> Routes:
-    """``requested`` with every ``"auto"`` replaced by the best available route.
+def resolve_routes(requested: Routes | None = None, features: Features | None = None) -> Routes:
+    """``requested`` with every ``"auto"`` replaced by the best route ``features`` (default:
+    the installed TensorRT's) offer.
 
     Raises:
         RouteError: an unknown route name; a requested route ``features`` lacks (with the
@@ -101,6 +103,7 @@ def resolve_routes(requested: Routes | None = None, features: Features = FEATURE
             ``IAttention.key_value_lengths``.
     """
     requested = requested or Routes()
+    features = features or _trt.FEATURES
     chosen = replace(
         requested,
         **{part: _resolve(part, getattr(requested, part), features) for part in _TABLE},
