@@ -8,6 +8,18 @@ from pathlib import Path
 import torch
 import transformers
 
+from trt_kv.models.llama import LlamaConfig
+
+
+def hf_config_args(config: LlamaConfig, **overrides: object) -> dict:
+    """Hugging Face config arguments of the same model as ``config``, then ``overrides``."""
+    args = config.to_json()
+    scaling = args.pop("rope_scaling")
+    rope = {"rope_type": "default", "rope_theta": args.pop("rope_theta")}
+    if scaling is not None:
+        rope.update(rope_type="llama3", **scaling)
+    return {**args, "rope_parameters": rope, **overrides}
+
 
 def save_random_model(
     model_class: type, config: transformers.PretrainedConfig, folder: Path, seed: int = 0

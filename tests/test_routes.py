@@ -15,7 +15,8 @@ import re
 import numpy as np
 import pytest
 import transformers
-from hf_models import greedy_ids, save_random_model
+from hf_models import greedy_ids, hf_config_args, save_random_model
+from tiny_models import TINY_GQA
 
 from trt_kv._trt import FEATURES
 from trt_kv.builder import Routes, resolve_routes
@@ -109,15 +110,7 @@ def test_plugin_route_fails_closed_on_tensorrt_rtx_before_building():
 
 # -- every buildable combination, end to end ------------------------------------------------
 
-TINY = LlamaConfig(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-)
+TINY = TINY_GQA
 PROMPTS = [[5, 17, 3, 42, 7, 9], [60, 1, 33]]  # ragged: the second is right-padded
 NEW_TOKENS = 8
 S_MAX, MAX_STEP = 32, 8
@@ -140,15 +133,7 @@ COMBINATIONS = [
 def hf_checkpoint(tmp_path_factory):
     """``(config, weights, Hugging Face greedy ids)`` of a saved random Llama."""
     hf_config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
+        **hf_config_args(TINY, initializer_range=0.3, tie_word_embeddings=False)
     )
     folder = tmp_path_factory.mktemp("hf_llama")
     model = save_random_model(transformers.LlamaForCausalLM, hf_config, folder)
