@@ -58,6 +58,17 @@ class Routes:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def key(self) -> str:
+        """The settings off their default, e.g. ``"attention_primitive.key_value_lengths"``
+        (for engine file names)."""
+        parts = []
+        for name, value in self.to_json().items():
+            if value is True:
+                parts.append(name)
+            elif value not in (AUTO, False):
+                parts.append(f"{name}_{value}")
+        return ".".join(parts)
+
     @classmethod
     def from_json(cls, d: dict) -> Routes:
         return cls(**d)

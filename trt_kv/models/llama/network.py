@@ -36,6 +36,7 @@ from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
+from trt_kv.progress import track
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
@@ -188,7 +189,7 @@ def build_llama_network(
 
     embed = g.const(weights.embed)  # [V, D]
     x = g.gather(embed, input_ids, 0)  # [B, S, D]
-    for i, lw in enumerate(weights.layers):
+    for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
         x = _block(g, cfg, i, lw, x, shared)
     x = _rms_norm(g, x, weights.final_norm, cfg.rms_norm_eps)
     head = embed if weights.lm_head is None else g.const(weights.lm_head)
