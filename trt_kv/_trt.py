@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from types import ModuleType
 from typing import NamedTuple
 
@@ -83,9 +84,24 @@ def _first_installed() -> str | None:
     return next((n for n in _CANDIDATES if importlib.util.find_spec(n) is not None), None)
 
 
-# Polygraphy reads its switch once, when first imported: point it at our module now, cheaply.
-if _first_installed() == "tensorrt_rtx":
-    os.environ.setdefault("POLYGRAPHY_USE_TENSORRT_RTX", "1")
+POLYGRAPHY_SWITCH = "POLYGRAPHY_USE_TENSORRT_RTX"
+
+
+def _point_polygraphy(module: str) -> None:
+    """Set Polygraphy's TensorRT switch to ``module``, in both directions (a user's stale
+    ``POLYGRAPHY_USE_TENSORRT_RTX=1`` next to full TensorRT would make ``TrtRunner`` load the
+    wrong module); a Polygraphy imported already is switched too."""
+    rtx = module == "tensorrt_rtx"
+    os.environ[POLYGRAPHY_SWITCH] = "1" if rtx else "0"
+    config = sys.modules.get("polygraphy.config")
+    if config is not None:
+        config.USE_TENSORRT_RTX = rtx
+
+
+# Polygraphy reads its switch once, when first imported: point it at our module now, cheaply
+# (and again at the module really imported, on first use).
+if _first_installed() in _CANDIDATES:
+    _point_polygraphy(_first_installed())
 
 trt: ModuleType
 FEATURES: Features
@@ -99,6 +115,7 @@ def __getattr__(name: str) -> object:
     global trt, FEATURES
     trt = _import()
     FEATURES = _features(trt)
+    _point_polygraphy(trt.__name__)
     return globals()[name]
 
 
