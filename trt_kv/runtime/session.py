@@ -16,6 +16,7 @@ import numpy as np
 from trt_kv.errors import ShapeError, mismatch
 from trt_kv.runtime.backend import Backend
 from trt_kv.runtime.cache_state import CacheState
+from trt_kv.runtime.chunking import plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
 
 
@@ -37,11 +38,24 @@ class Session:
     # -- steps -------------------------------------------------------------------------
     def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
         """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an array ``[B, S]``);
-        returns each one's last logits ``[B, V]``."""
+        returns each one's last logits ``[B, V]``. Wider than ``max_step_tokens``: fed in
+        chunks (chunked prefill), with the logits of one long step."""
+        if step_width(tokens) > self.backend.max_step_tokens:
+            return self._chunked_step(tokens, lo)
         plan = self.state.plan(range(lo, lo + len(tokens)), tokens)
         logits = self.backend.run(plan)
         self.state.commit(plan)
         return logits
+
+    def _chunked_step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int) -> np.ndarray:
+        chunks = plan_chunks(self.state, lo, tokens, self.backend.max_step_tokens)
+        out = np.empty((len(tokens), self.backend.vocab_size), np.float32)
+        for chunk in chunks:
+            logits = self.backend.run(chunk.plan)
+            self.state.commit(chunk.plan)
+            for k, row in chunk.last:
+                out[k] = logits[row]
+        return out
 
     def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
         """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``."""
