@@ -69,9 +69,15 @@ def engine_layers(path: Path) -> tuple[list | None, str]:
     import json
 
     from trt_kv._trt import trt
+    from trt_kv.errors import EngineFileError
     from trt_kv.runtime.engine_loader import load_cuda_engine
 
-    engine, _, _ = load_cuda_engine(path)
+    try:
+        engine, _, _ = load_cuda_engine(path)
+    except EngineFileError as e:  # built by another TensorRT, say: the rest still shows
+        return None, str(e)
+    if not hasattr(engine, "create_engine_inspector"):
+        return None, f"{type(engine).__name__} has no engine inspector"
     inspector = engine.create_engine_inspector()
     info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
     return info.get("Layers", []), "TensorRT engine inspector (GPU)"
