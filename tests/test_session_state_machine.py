@@ -196,8 +196,8 @@ class SessionMachine(RuleBasedStateMachine):
             arrays[first] = np.concatenate([arrays[first], arrays[first][:, :1]], axis=1)
         elif damage == "list":
             arrays = list(arrays.values())
-        if damage == "huge" and not tokens:
-            damage = "none"  # no rows, nothing out of range
+        if damage in ("huge", "uneven") and not tokens:
+            damage = "none"  # no rows: nothing out of range, nothing to lengthen
 
         def effect():
             self.model[slot] = list(tokens)

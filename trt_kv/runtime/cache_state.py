@@ -61,10 +61,7 @@ def token_rows(
     rows = []
     for k, t in enumerate(tokens):
         name = f"slot {lo + k}"
-        try:
-            row = np.asarray(t)
-        except (ValueError, TypeError) as err:
-            raise ShapeError(mismatch(name, "a list of token ids", "", repr(t))) from err
+        row = id_array(name, t)
         if row.ndim != 1:
             raise ShapeError(mismatch(name, "a 1-D list of token ids", "", repr(t)))
         if row.size == 0:
@@ -76,6 +73,22 @@ def token_rows(
     for k, row in enumerate(rows):
         input_ids[k, : len(row)] = row
     return input_ids, counts
+
+
+def id_array(name: str, ids: object) -> np.ndarray:
+    """``ids`` as an array; a list must hold Python/NumPy integers only (NumPy would turn
+    ``[1, True]`` into ``[1, 1]`` and ``[1, 2.0]`` into floats). Raises DTypeError for an
+    element that is not an integer, ShapeError for a nested or ragged list."""
+    if isinstance(ids, np.ndarray):
+        return ids
+    if isinstance(ids, (list, tuple)):
+        for t in ids:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer, list, tuple)):
+                raise DTypeError(mismatch(name, "integer token ids", "", repr(t)))
+    try:
+        return np.asarray(ids)
+    except (ValueError, TypeError) as err:
+        raise ShapeError(mismatch(name, "a list of token ids", "", repr(ids))) from err
 
 
 _UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}

@@ -15,7 +15,7 @@ import numpy as np
 
 from trt_kv.errors import ShapeError, SlotError, check_int, mismatch
 from trt_kv.runtime.backend import Backend
-from trt_kv.runtime.cache_state import CacheState, StepPlan
+from trt_kv.runtime.cache_state import CacheState, StepPlan, id_array
 from trt_kv.runtime.storage import Snapshot
 
 
@@ -78,10 +78,7 @@ class Session:
     def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:
         """One new token per slot ``lo, lo + 1, ...`` (ids ``[B]``, integers); returns logits
         ``[B, V]``. Raises as :meth:`step`; ShapeError when ``tokens`` is not 1-D."""
-        try:
-            ids = np.asarray(tokens)
-        except (ValueError, TypeError) as err:
-            raise ShapeError(mismatch("tokens", "one token id per slot", "", repr(tokens))) from err
+        ids = id_array("tokens", tokens)
         if ids.ndim != 1:
             raise ShapeError(mismatch("tokens", "one token id per slot [B]", "", ids.shape))
         return self.step(ids.reshape(-1, 1), lo)
