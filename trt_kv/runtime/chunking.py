@@ -23,14 +23,16 @@ class Chunk:
     """One planned chunk step and which of its logits rows are a sequence's last token."""
 
     plan: StepPlan
-    last: tuple[tuple[int, int], ...]  # (sequence index in the request, row of this step)
+    # (sequence index in the request, row of this step's logits) of each sequence whose last
+    # token this step feeds; None: an unchunked step, every row is its sequence's last
+    last: tuple[tuple[int, int], ...] | None
 
 
 def step_width(tokens: Sequence[Sequence[int]] | np.ndarray) -> int:
     """The padded width S of a step feeding ``tokens`` (0 for no tokens)."""
     if isinstance(tokens, np.ndarray):
         return tokens.shape[1] if tokens.ndim == 2 else 0
-    return max((len(t) for t in tokens), default=0)
+    return max((len(t) if hasattr(t, "__len__") else 1 for t in tokens), default=0)
 
 
 def _runs(indices: list[int]) -> list[list[int]]:
@@ -45,9 +47,15 @@ def _runs(indices: list[int]) -> list[list[int]]:
 
 
 def plan_chunks(
-    state: CacheState, lo: int, tokens: Sequence[Sequence[int]] | np.ndarray, width: int
+    state: CacheState,
+    lo: int,
+    tokens: Sequence[Sequence[int]] | np.ndarray,
+    width: int,
+    *,
+    from_empty: bool = False,
 ) -> list[Chunk]:
-    """Plan feeding ``tokens[k]`` to slot ``lo + k`` in chunks of at most ``width`` tokens.
+    """Plan feeding ``tokens[k]`` to slot ``lo + k`` in chunks of at most ``width`` tokens
+    (``from_empty``: as if those slots were reset first, a prefill).
 
     ``state`` is not changed: commit each chunk's plan after running it. Under
     :meth:`CacheState.freeze` the chunks are planned as if unfrozen (each chunk must see the
@@ -58,6 +66,9 @@ def plan_chunks(
     """
     scratch = copy.deepcopy(state)
     scratch.unfreeze()
+    if from_empty:
+        for k in range(len(tokens)):
+            scratch.reset(lo + k)
     lengths = [len(t) for t in tokens]
     chunks = []
     for start in range(0, max(lengths, default=1), width):

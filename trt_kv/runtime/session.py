@@ -13,10 +13,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from trt_kv.errors import ShapeError, mismatch
+from trt_kv.errors import ShapeError, SlotError, check_int, mismatch
 from trt_kv.runtime.backend import Backend
-from trt_kv.runtime.cache_state import CacheState
-from trt_kv.runtime.chunking import plan_chunks, step_width
+from trt_kv.runtime.cache_state import CacheState, id_array
+from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
 
 
@@ -28,7 +28,10 @@ class Session:
         self.backend = backend
         self.storage = backend.storage
         self.state = CacheState(
-            self.storage.capacity, self.storage.max_seq_len, backend.max_step_tokens
+            self.storage.capacity,
+            self.storage.max_seq_len,
+            backend.max_step_tokens,
+            backend.vocab_size,
         )
 
     @property
@@ -36,20 +39,24 @@ class Session:
         return self.state.capacity
 
     # -- steps -------------------------------------------------------------------------
-    def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
-        """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an array ``[B, S]``);
-        returns each one's last logits ``[B, V]``. Wider than ``max_step_tokens``: fed in
-        chunks (chunked prefill), with the logits of one long step."""
-        if step_width(tokens) > self.backend.max_step_tokens:
-            return self._chunked_step(tokens, lo)
-        plan = self.state.plan(range(lo, lo + len(tokens)), tokens)
-        logits = self.backend.run(plan)
-        self.state.commit(plan)
-        return logits
+    def _plan(self, tokens: object, lo: int, *, from_empty: bool = False) -> list[Chunk]:
+        """The step's plan, or its chunks' plans when wider than ``max_step_tokens``."""
+        lo = check_int("lo", lo)
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+            raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
+        width = self.backend.max_step_tokens
+        if step_width(tokens) > width:  # chunked prefill
+            return plan_chunks(self.state, lo, tokens, width, from_empty=from_empty)
+        plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
+        return [Chunk(plan, None)]
 
-    def _chunked_step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int) -> np.ndarray:
-        chunks = plan_chunks(self.state, lo, tokens, self.backend.max_step_tokens)
-        out = np.empty((len(tokens), self.backend.vocab_size), np.float32)
+    def _run(self, chunks: list[Chunk], batch: int) -> np.ndarray:
+        """Run and commit each planned chunk; the last logits ``[B, V]`` of each sequence."""
+        if len(chunks) == 1 and chunks[0].last is None:
+            logits = self.backend.run(chunks[0].plan)
+            self.state.commit(chunks[0].plan)
+            return logits
+        out = np.empty((batch, self.backend.vocab_size), np.float32)
         for chunk in chunks:
             logits = self.backend.run(chunk.plan)
             self.state.commit(chunk.plan)
@@ -57,15 +64,40 @@ class Session:
                 out[k] = logits[row]
         return out
 
-    def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
-        """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``."""
-        for k in range(len(prompts)):
-            self.reset(lo + k)
-        return self.step(prompts, lo)
+    def _slots(self, slots: Sequence[int]) -> list[int]:
+        if isinstance(slots, (str, bytes)) or not isinstance(slots, (Sequence, np.ndarray)):
+            raise SlotError(mismatch("slots", "a sequence of slots", "", repr(slots)))
+        return [self.state.check_slot(s) for s in slots]
 
-    def decode(self, tokens: Sequence[int], lo: int = 0) -> np.ndarray:
-        """One new token per slot ``lo, lo + 1, ...``; returns logits ``[B, V]``."""
-        return self.step(np.asarray(tokens, dtype=np.int64).reshape(-1, 1), lo)
+    def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
+        """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an integer array
+        ``[B, S]``); returns each one's last logits ``[B, V]``. A step wider than
+        ``max_step_tokens`` is fed in chunks (chunked prefill), with the logits of one step.
+
+        Raises:
+            SlotError, ShapeError, DTypeError, ArgumentError, CacheOverflowError: see
+                :meth:`CacheState.plan`; nothing has run or changed when they are raised.
+        """
+        return self._run(self._plan(tokens, lo), len(tokens))
+
+    def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
+        """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``.
+
+        The whole step is checked (as if the slots were empty) before any slot is reset:
+        an error leaves every slot as it was. Raises as :meth:`step`.
+        """
+        chunks = self._plan(prompts, lo, from_empty=True)
+        for slot in range(lo, lo + len(prompts)):
+            self.reset(slot)
+        return self._run(chunks, len(prompts))
+
+    def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:
+        """One new token per slot ``lo, lo + 1, ...`` (ids ``[B]``, integers); returns logits
+        ``[B, V]``. Raises as :meth:`step`; ShapeError when ``tokens`` is not 1-D."""
+        ids = id_array("tokens", tokens)
+        if ids.ndim != 1:
+            raise ShapeError(mismatch("tokens", "one token id per slot [B]", "", ids.shape))
+        return self.step(ids.reshape(-1, 1), lo)
 
     # -- cache operations ------------------------------------------------------------------
     def length(self, slot: int) -> int:
@@ -116,7 +148,7 @@ class Session:
     def export_legacy(self, slots: Sequence[int]) -> tuple:
         """Per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]``; all slots must hold
         the same length L (Hugging Face's legacy ``past_key_values``)."""
-        lengths = {self.state.length(s) for s in slots}
+        lengths = {self.state.length(s) for s in self._slots(slots)}
         if len(lengths) != 1:
             raise ShapeError(
                 mismatch("slots", "one common length", "equal lengths", sorted(lengths))
@@ -126,8 +158,14 @@ class Session:
     def import_legacy(
         self, past: Sequence[tuple[np.ndarray, np.ndarray]], slots: Sequence[int]
     ) -> None:
-        for s in slots:
-            self.state.length(s)
+        """Write per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]`` into ``slots``.
+
+        Raises:
+            SlotError: an unknown slot. ShapeError: not exactly one (key, value) pair per
+                layer, or a malformed array. DTypeError: arrays that are not floating point,
+                or values the cache dtype cannot hold.
+        """
+        slots = self._slots(slots)
         length = self.storage.import_legacy(past, slots)
         for s in slots:
             self.state.set_length(s, length)
