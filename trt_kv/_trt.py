@@ -31,6 +31,8 @@ class Features(NamedTuple):
     kv_cache_update_layer: bool
     packed_update_form: bool
     attention_v2: bool
+    attention: bool  # add_attention (TensorRT >= 10.14): causal flag and mask, no lengths
+    attention_kv_lengths: bool  # IAttention.key_value_lengths (TensorRT 11, TensorRT-RTX)
     rotary_embedding: bool
     aliased_tensor_query: bool
     python_plugins: bool
@@ -69,6 +71,8 @@ def _features(mod: ModuleType) -> Features:
         kv_cache_update_layer=hasattr(net_cls, "add_kv_cache_update"),
         packed_update_form=kv_layer is not None and hasattr(kv_layer, "update_form"),
         attention_v2=hasattr(net_cls, "add_attention_v2"),
+        attention=hasattr(net_cls, "add_attention"),
+        attention_kv_lengths=hasattr(getattr(mod, "IAttention", None), "key_value_lengths"),
         rotary_embedding=hasattr(net_cls, "add_rotary_embedding"),
         aliased_tensor_query=hasattr(mod.ICudaEngine, "get_aliased_input_tensor"),
         python_plugins=hasattr(net_cls, "add_plugin_v3"),
