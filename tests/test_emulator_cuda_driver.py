@@ -105,3 +105,7 @@ def test_the_device_reports_compute_capability_8_9(driver):
     major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
     minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
     assert (major[1], minor[1]) == (8, 9)
+
+
+def test_allocating_zero_bytes_is_invalid(driver):
+    assert driver.cuMemAlloc(0)[0] == driver.CUresult.CUDA_ERROR_INVALID_VALUE

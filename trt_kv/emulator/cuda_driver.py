@@ -166,6 +166,9 @@ def cuGetErrorName(error: CUresult) -> bytes:
 # -- memory ----------------------------------------------------------------------------------------
 @_returns(1)
 def cuMemAlloc(bytesize: int) -> object:
+    # cuMemAlloc: "If bytesize is 0, cuMemAlloc() returns CUDA_ERROR_INVALID_VALUE."
+    if int(bytesize) == 0:
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes")
     err, ptr = _crt.cudaMalloc(bytesize)
     if err != _crt.cudaError_t.cudaSuccess:
         raise CudaCallFailed(_to_curesult(err), "cuMemAlloc")
