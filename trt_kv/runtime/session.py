@@ -46,9 +46,13 @@ class Session:
             raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
         width = self.backend.max_step_tokens
         if step_width(tokens) > width:  # chunked prefill
-            return plan_chunks(self.state, lo, tokens, width, from_empty=from_empty)
-        plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
-        return [Chunk(plan, None)]
+            chunks = plan_chunks(self.state, lo, tokens, width, from_empty=from_empty)
+        else:
+            plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
+            chunks = [Chunk(plan, None)]
+        for chunk in chunks:
+            self.storage.check_window(chunk.plan.lo)
+        return chunks
 
     def _run(self, chunks: list[Chunk], batch: int) -> np.ndarray:
         """Run and commit each planned chunk; the last logits ``[B, V]`` of each sequence."""
