@@ -119,7 +119,7 @@ def test_phi3_longrope_short_factors_and_attention_factor():
     c = LlamaConfig.from_hf(PHI3_LONGROPE)
     assert c.rotary_dim == 4  # int(8 * 0.5)
     assert c.rope_scaling.attention_factor == pytest.approx(np.sqrt(1 + np.log(4) / np.log(16)))
-    cos, sin = rope_tables(c, 16)
+    cos, _ = rope_tables(c, 16)
     # position 1: angle = 1 / (short_factor * 10000 ** (2i / 4)), times the attention factor
     angle = 1.0 / (np.array([1.0, 2.0]) * 10000.0 ** np.array([0.0, 0.5]))
     np.testing.assert_allclose(cos[1], np.cos(angle) * c.rope_scaling.attention_factor, rtol=1e-6)

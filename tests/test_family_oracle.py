@@ -24,7 +24,7 @@ RTOL_OF_SCALE = 1e-4
 PROMPTS = [[5, 17, 3, 88, 42, 7, 9], [60, 1, 33]]  # ragged: the second is padded
 S_MAX = 32
 
-# model_type -> (Hugging Face config class, model class, config arguments); 2 layers each.
+# case -> (Hugging Face config class, model class, config arguments); 2 layers each.
 CASES = {
     # q/k/v biases; layer 1 slides (window 3 < 7), layer 0 is full (max_window_layers=1).
     "qwen2_window": (
@@ -143,21 +143,24 @@ def case(request, tmp_path_factory):
     return model, config, load_hf_weights(folder, config)
 
 
-def test_family_switches_read_from_the_saved_config(case):
-    model, config, _ = case
-    hf = model.config
-    assert config.model_type == hf.model_type
-    assert config.head_dim == getattr(hf, "head_dim", hf.hidden_size // hf.num_attention_heads)
-    window = getattr(hf, "sliding_window", None)
-    expected = [
-        window
-        if window
-        and getattr(hf, "layer_types", None) in (None, [])
-        or (window and hf.layer_types[i] == "sliding_attention")
-        else None
-        for i in range(2)
-    ]
-    assert [config.window(i) for i in range(2)] == expected
+# case -> the sliding window of layers 0 and 1 (None: full causal attention).
+WINDOWS = {
+    "qwen2_window": [None, 3],
+    "qwen3_bias": [None, None],
+    "mistral_window": [4, 4],
+    "gemma": [None, None],
+    "phi3_partial_window": [5, 5],
+    "phi3_longrope": [None, None],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_windows_read_from_the_saved_config(name, tmp_path):
+    config_class, _, args = CASES[name]
+    config_class(num_hidden_layers=2, **args).save_pretrained(tmp_path)
+    config = LlamaConfig.from_hf(tmp_path)
+    assert config.model_type == config_class.model_type
+    assert [config.window(i) for i in range(2)] == WINDOWS[name]
 
 
 def test_prefill_logits_of_a_ragged_batch_match_hugging_face_per_prompt(case):
