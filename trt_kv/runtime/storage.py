@@ -49,6 +49,11 @@ class CacheStorage(ABC):
     def write_slot(self, name: str, slot: int, rows: np.ndarray) -> None:
         """Write ``rows [N, L, H]`` into the first L rows of one cache's slot."""
 
+    def check_window(self, lo: int) -> None:
+        """Raise SlotError if a step's window of slots cannot start at ``lo`` (any slot can
+        here; device storage needs 256-byte aligned window addresses)."""
+        return None  # host arrays: a window may start at any slot
+
     # -- derived -----------------------------------------------------------------------
     def nbytes(self) -> dict[str, int]:
         """Bytes per cache buffer."""
