@@ -9,25 +9,14 @@ prompt, so keys leave the window in prefill and in decode.
 import numpy as np
 import pytest
 from family_cases import CASES, PROMPTS, saved_family
+from test_routes import COMBINATIONS, _route_id
 
-from trt_kv.builder import Routes, build_engine
+from trt_kv.builder import build_engine
 from trt_kv.models.llama import build_llama_network
 from trt_kv.runtime import ReferenceBackend, Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 S_MAX, MAX_STEP, NEW_TOKENS = 24, 8, 6
-
-ROUTES = [
-    Routes(attention, rope, "layer", lengths)
-    for attention in ("attention_v2", "attention", "primitive")
-    for rope in ("rotary_layer", "elementwise")
-    for lengths in (False, True)
-    if not (lengths and attention == "primitive")
-]
-
-
-def _route_id(r: Routes) -> str:
-    return f"{r.attention}-{r.rope}" + ("-lengths" if r.key_value_lengths else "")
 
 
 @pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
@@ -40,7 +29,8 @@ def family(request, tmp_path_factory):
     return config, weights, logits, generate(fresh, PROMPTS, NEW_TOKENS).ids
 
 
-@pytest.mark.parametrize("routes", ROUTES, ids=[_route_id(r) for r in ROUTES])
+# every route combination TensorRT-RTX builds (the list test_routes builds engines of)
+@pytest.mark.parametrize("routes", COMBINATIONS, ids=[_route_id(r) for r in COMBINATIONS])
 def test_every_route_on_the_interpreter_equals_the_reference(family, routes):
     config, weights, ref_logits, ref_ids = family
     net = build_llama_network(
