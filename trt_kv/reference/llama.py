@@ -11,7 +11,14 @@ import numpy as np
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import rope_tables
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
-from trt_kv.reference.ops import apply_rope, attention, kv_cache_update_, rms_norm, swiglu
+from trt_kv.reference.ops import (
+    apply_rope,
+    attention,
+    kv_cache_update_,
+    linear,
+    rms_norm,
+    swiglu,
+)
 
 Caches = list[tuple[np.ndarray, np.ndarray]]  # per layer (K, V), each [B, N_kv, S_max, H]
 
@@ -40,9 +47,9 @@ def _attention_block(
     ``rope``: the (cos, sin) tables ``[S_max, H/2]``."""
     b, s, _ = x.shape
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = (x @ lw.wq.T).reshape(b, s, nq, h).transpose(0, 2, 1, 3)  # [B, Nq, S, H]
-    k = (x @ lw.wk.T).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)  # [B, Nkv, S, H]
-    v = (x @ lw.wv.T).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)
+    q = linear(x, lw.wq).reshape(b, s, nq, h).transpose(0, 2, 1, 3)  # [B, Nq, S, H]
+    k = linear(x, lw.wk).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)  # [B, Nkv, S, H]
+    v = linear(x, lw.wv).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)
     q = apply_rope(q, *rope, positions)
     k = apply_rope(k, *rope, positions)
     k_all = kv_cache_update_(cache[0], k.astype(cache[0].dtype), write_indices)
@@ -52,7 +59,7 @@ def _attention_block(
     keep = (j[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, n]
     k_all, v_all = (c[:, :, :n].astype(q.dtype, copy=False) for c in (k_all, v_all))
     out = attention(q, k_all, v_all, mask=keep, kv_lengths=kv_lengths)
-    return out.transpose(0, 2, 1, 3).reshape(b, s, nq * h) @ lw.wo.T
+    return linear(out.transpose(0, 2, 1, 3).reshape(b, s, nq * h), lw.wo)
 
 
 def forward(
@@ -90,4 +97,4 @@ def forward(
             kv_lengths,
         )
         x = x + swiglu(rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps), lw.w_gate, lw.w_up, lw.w_down)
-    return rms_norm(x, w.final_norm, cfg.rms_norm_eps) @ w.head.T
+    return linear(rms_norm(x, w.final_norm, cfg.rms_norm_eps), w.head)

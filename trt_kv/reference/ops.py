@@ -121,12 +121,18 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x W^T`` for ``x [..., In]`` and ``w [Out, In]`` (``nn.Linear`` layout) -> ``[..., Out]``,
+    as one ``[rows, In] @ [In, Out]`` product (NumPy would run one per leading index)."""
+    return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(*x.shape[:-1], w.shape[0])
+
+
 def swiglu(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
     """Llama MLP: ``(silu(x W_gate^T) * x W_up^T) W_down^T``.
 
     x: ``[..., D]``; w_gate, w_up: ``[F, D]``; w_down: ``[D, F]`` (Hugging Face layout).
     """
-    return (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+    return linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down)
 
 
 def apply_rope(
