@@ -10,6 +10,10 @@ class TrtKvError(Exception):
     """Base class of every error trt_kv raises on purpose."""
 
 
+class ArgumentError(TrtKvError, ValueError):
+    """An argument outside its domain: a count, a length, a temperature, a seed, an option."""
+
+
 class NetworkError(TrtKvError, ValueError):
     """The network is not fit for the operation (not strongly typed, cache not an input...)."""
 
@@ -44,6 +48,10 @@ class ConfigError(TrtKvError, ValueError):
 
 class UnsupportedLayerError(TrtKvError, NotImplementedError):
     """The interpreter met a layer type (or layer setting) it does not execute."""
+
+
+class EngineRunError(TrtKvError, RuntimeError):
+    """TensorRT refused a binding or an enqueue of a deserialized engine (see its log)."""
 
 
 class GpuUnavailableError(TrtKvError, RuntimeError):

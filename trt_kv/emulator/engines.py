@@ -224,7 +224,11 @@ def install_hooks() -> Callable[[], None]:
 def _record_build(network: object, profiles: list[object], sha: str) -> EngineRecord | str:
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     shapes = [
-        {t.name: tuple(tuple(d) for d in p.get_shape(t.name)) for t in inputs if -1 in tuple(t.shape)}
+        {
+            t.name: tuple(tuple(d) for d in p.get_shape(t.name))
+            for t in inputs
+            if -1 in tuple(t.shape)
+        }
         for p in profiles
     ]
     try:

@@ -61,6 +61,7 @@ class IExecutionContext:
         self._allocators: dict[str, object] = {}
         self._output_shapes: dict[str, Shape] = {}
         self._debug_listener = None
+        self._ran: tuple | None = None  # _state() of the last enqueue that ran (not captured)
 
     # -- profiles and shapes ---------------------------------------------------------------
     @property
@@ -184,17 +185,34 @@ class IExecutionContext:
         ``stream_handle`` (recorded instead when that stream is being captured)."""
         try:
             binding = self._check()
-        except _Refused as err:
+            stream = device().stream(stream_handle)
+        except (_Refused, EmulatorError) as err:
             return self._error(f"execute_async_v3: {err}")
+        captured = stream is not None and stream.capture is not None
+        state = self._state()
+        # trtexec enqueues once before it captures: "Avoid capturing initialization calls by
+        # executing the enqueue function at least once before starting CUDA graph capture."
+        # (samples/common/sampleInference.cpp). The first enqueue after a change of shapes or
+        # profile redoes such set-up, so the emulator refuses to capture an enqueue whose
+        # shapes did not run just before.
+        if captured and self._ran != state:
+            return self._error(
+                "execute_async_v3 under stream capture: the last enqueue that ran had other "
+                f"shapes ({self._ran}); enqueue once with these ({state}) before capturing"
+            )
         try:
             submit(
                 stream_handle,
-                lambda: self._run(binding, stream_handle),
+                lambda: self._run(binding, stream_handle, state, replay=captured),
                 f"execute_async_v3 ({self.engine.name})",
             )
         except (EmulatorError, TrtKvError) as err:
             return self._error(f"execute_async_v3: {err}")
         return True
+
+    def _state(self) -> tuple:
+        """The profile and input shapes: what shape-dependent set-up depends on."""
+        return (self._profile, tuple(sorted(self._shapes.items())))
 
     def _check(self) -> _Binding:
         memory = device().memory
@@ -238,9 +256,16 @@ class IExecutionContext:
             outputs.append((t, address, allocator))
         return _Binding(tuple(inputs), tuple(outputs), frozenset(self._record.aliases))
 
-    def _run(self, binding: _Binding, stream: int) -> None:
+    def _run(self, binding: _Binding, stream: int, state: tuple, replay: bool) -> None:
         """The enqueued work: the network on views of the bound memory (checked again: a graph
-        replay may run it after a free)."""
+        replay may run it after a free, or after the context ran other shapes)."""
+        if replay and self._ran != state:
+            # The captured kernels carry the set-up of the capture's shapes; an enqueue of
+            # other shapes since then redid that set-up for those (see execute_async_v3).
+            raise EmulatorError(
+                f"replay of an enqueue captured with shapes {state} after this context last "
+                f"ran {self._ran} without a fresh enqueue of the captured shapes"
+            )
         memory = device().memory
         feed = {t.name: memory.view(a, shape, t.dtype) for t, a, shape in binding.inputs}
         results = self._record.plan.run(feed)
@@ -258,6 +283,7 @@ class IExecutionContext:
                 raise EmulatorError(f"output {t.name}: allocator gave address {address:#x}")
             memory.view(address, value.shape, t.dtype)[...] = value
             self._output_shapes[t.name] = value.shape
+        self._ran = state
 
     def _error(self, message: str) -> bool:
         log_error(self._logger, message)
