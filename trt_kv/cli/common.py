@@ -61,7 +61,8 @@ def model_engine(
                 return BuiltFile(path, meta)
         except EngineFileError:
             pass  # stale or tampered: rebuild
-    return build_llama_engine(name, config, weights, out_dir=args.out, **want)
+    source = args.model if args.model == "default" else str(Path(args.model).resolve())
+    return build_llama_engine(name, config, weights, out_dir=args.out, source=source, **want)
 
 
 def _caches(r: BuiltFile) -> str:

@@ -15,6 +15,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.emulate_gpu:
+        from trt_kv.emulator import emulated_gpu
+
+        with emulated_gpu():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
     args.no_model = False
@@ -27,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
             "running the same network's decode loop on the CPU interpreter instead"
         )
     print(
-        f"\ngenerate: backend={args.backend} prompts={args.prompt_ids} "
+        f"\ngenerate: backend={args.backend}{' (emulated GPU)' if args.emulate_gpu else ''} "
+        f"prompts={args.prompt_ids} "
         f"max_new_tokens={args.max_new_tokens}"
     )
     return generate.run(args)

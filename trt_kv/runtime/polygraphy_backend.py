@@ -29,7 +29,17 @@ def _cache_view_class() -> type:
     from polygraphy.cuda import DeviceView
 
     class CacheView(DeviceView):
-        """A ``DeviceView`` that can be re-viewed, as ``DeviceArray.view`` does."""
+        """A ``DeviceView`` that can be re-viewed, as ``DeviceArray.view`` does, and whose
+        ``dtype`` is its Polygraphy ``DataType`` (what ``DeviceView.dtype`` announces it will
+        return; today it warns on every read and returns a NumPy dtype)."""
+
+        @property
+        def dtype(self) -> object:
+            return self._dtype
+
+        @dtype.setter
+        def dtype(self, new: object) -> None:
+            DeviceView.dtype.fset(self, new)
 
         def view(self, shape: tuple | None = None, dtype: object = None) -> CacheView:
             return CacheView(
