@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trt_kv.jobs import BuiltFile
+    from trt_kv.jobs import BuildOptions, BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
 # trt_kv.engine_file.ENGINES_DIR, without importing NumPy and TensorRT to print --help.
@@ -38,31 +38,48 @@ def max_step_tokens(args: argparse.Namespace) -> int:
     return args.max_step_tokens
 
 
+def build_options(args: argparse.Namespace, batch: int = 0) -> BuildOptions:
+    """:class:`~trt_kv.jobs.BuildOptions` from the parsed arguments: every field whose
+    option the subcommand has (``--max-seq-len`` -> ``max_seq_len``...), so an option added
+    to both joins the engine key by itself; ``max_batch`` at least ``batch``."""
+    import dataclasses
+
+    from trt_kv.jobs import BuildOptions
+
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(BuildOptions)
+        if getattr(args, f.name, None) is not None
+    }
+    given["max_step_tokens"] = max_step_tokens(args)
+    given["max_batch"] = max(batch, args.max_batch)
+    return BuildOptions(**given)
+
+
 def model_engine(
     args: argparse.Namespace, name: str, config: object, weights: object, batch: int
 ) -> BuiltFile:
-    """The model engine for these arguments: reused from ``args.out`` when its sidecar was
-    built for the same shapes, else (re)built."""
-    from trt_kv.engine_file import load_engine_file
-    from trt_kv.errors import EngineFileError
-    from trt_kv.jobs import BuiltFile, build_llama_engine, model_engine_path
+    """The model engine for these arguments: reused from ``args.out`` when one was built
+    with the same config and every build option (except by ``trt-kv build``), else built."""
+    from trt_kv.jobs import build_llama_engine, find_llama_engine
 
-    want = {
-        "max_seq_len": args.max_seq_len,
-        "max_batch": max(batch, args.max_batch),
-        "max_step_tokens": max_step_tokens(args),
-        "dtype": args.dtype,
-    }
-    path = model_engine_path(name, args.dtype, args.out)
-    if path.is_file() and args.command != "build":
-        try:
-            _, meta = load_engine_file(path)
-            if all(meta.metadata.get(k) == v for k, v in want.items()):
-                return BuiltFile(path, meta)
-        except EngineFileError:
-            pass  # stale or tampered: rebuild
+    options = build_options(args, batch)
+    if args.command != "build":
+        found = find_llama_engine(name, config, options, args.out)
+        if found is not None:
+            return found
     source = args.model if args.model == "default" else str(Path(args.model).resolve())
-    return build_llama_engine(name, config, weights, out_dir=args.out, source=source, **want)
+    return build_llama_engine(
+        name, config, weights, out_dir=args.out, source=source, **options.to_json()
+    )
+
+
+def engine_status(r: BuiltFile) -> str:
+    """``"built now"`` or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    if not r.reused:
+        return "built now"
+    when = r.built_at or "at an unrecorded time"
+    return f"reused (built {when} in {r.meta.build_seconds:.2f} s)"
 
 
 def _caches(r: BuiltFile) -> str:
@@ -76,8 +93,8 @@ def _caches(r: BuiltFile) -> str:
 
 
 def engine_table(rows: list[BuiltFile]) -> str:
-    """One line per engine: file, bytes, caches, alias pairs, build seconds."""
-    head = ("engine", "bytes", "caches", "alias pairs", "build s")
+    """One line per engine: file, bytes, caches, alias pairs, build seconds, built/reused."""
+    head = ("engine", "bytes", "caches", "alias pairs", "build s", "status")
     body = [
         (
             r.path.name,
@@ -85,6 +102,7 @@ def engine_table(rows: list[BuiltFile]) -> str:
             _caches(r),
             str(len(r.meta.aliases)),
             f"{r.meta.build_seconds:.2f}",
+            engine_status(r),
         )
         for r in rows
     ]

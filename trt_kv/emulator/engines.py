@@ -153,7 +153,7 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
         return network, builder
     if kind == "llama":
         from trt_kv.examples import load_model
-        from trt_kv.jobs import weights_digest
+        from trt_kv.jobs import OPTIONS_KEY, weights_digest
         from trt_kv.models.llama import build_llama_network
 
         _, config, weights = load_model(recipe["model"])
@@ -169,15 +169,7 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
             )
         if config.to_json() != md["config"]:
             raise EmulatorError(mismatch(f"config of {recipe['model']!r}", "", md["config"], ""))
-        net = build_llama_network(
-            config,
-            weights,
-            max_seq_len=md["max_seq_len"],
-            max_batch=md["max_batch"],
-            max_step_tokens=md["max_step_tokens"],
-            dtype=md["dtype"],
-            all_logits=md.get("all_logits", False),
-        )
+        net = build_llama_network(config, weights, **md[OPTIONS_KEY])
         return net.network, net
     raise EmulatorError(mismatch("recipe network", "'kv_cache_doc_example' or 'llama'", "", kind))
 

@@ -202,28 +202,32 @@ def attention(
     mask: np.ndarray | None = None,
     scale: float | None = None,
 ) -> np.ndarray:
-    """Scaled dot-product attention with GQA.
+    """Scaled dot-product attention with GQA, computed in the dtype of ``q``.
 
     Args:
-        q: ``[B, Nq, Sq, H]``; k, v: ``[B, Nkv, Skv, H]`` with Nq a multiple of Nkv.
+        q: ``[B, Nq, Sq, H]``; k, v: ``[B, Nkv, Skv, H]`` with Nq a multiple of Nkv (query
+            head i reads KV head ``i // (Nq / Nkv)``; the KV heads are broadcast, not copied).
         causal: "none", "upper_left" or "lower_right" (see :func:`causal_keep`).
         kv_lengths: ``[B]`` valid key count per sequence.
         mask: broadcastable to ``[B, Nq, Sq, Skv]``: bool (True keeps) or additive float.
-        scale: score scale, default ``1/sqrt(H)``.
+        scale: score scale, default ``1/sqrt(H)`` (a Python float: it never widens the dtype).
 
     Returns:
         ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros; keys no query sees
         (e.g. unwritten cache rows) never reach the output, whatever they hold.
+
+    Raises:
+        ShapeError: Nq is not a multiple of Nkv.
     """
     b, nq, sq, h = q.shape
     nkv, skv = k.shape[1], k.shape[2]
     if nq % nkv:
         raise ShapeError(mismatch("query heads", f"a multiple of {nkv} KV heads", "", nq))
     group = nq // nkv
-    k = np.repeat(k, group, axis=1)
-    v = np.repeat(v, group, axis=1)
-    scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / np.sqrt(h) if scale is None else scale)
-    keep = np.broadcast_to(causal_keep(sq, skv, causal, kv_lengths, b), scores.shape)
+    # The G query heads of one KV head as G * Sq rows: [B, Nkv, G * Sq, H] @ [B, Nkv, H, Skv].
+    scores = (q.reshape(b, nkv, group * sq, h) @ k.swapaxes(-1, -2)).reshape(b, nq, sq, skv)
+    scores = scores * (h**-0.5 if scale is None else float(scale))
+    keep = causal_keep(sq, skv, causal, kv_lengths, b)  # [B, 1, Sq, Skv]
     if mask is not None:
         if mask.dtype == np.bool_:
             keep = keep & mask
@@ -231,12 +235,19 @@ def attention(
             scores = scores + mask
     scores = np.where(keep, scores, -np.inf)
     # Keys no query may see contribute nothing, even if they hold NaN/Inf (unwritten cache
-    # rows past key_value_lengths): softmax runs over the kept keys only.
-    seen = keep.any(axis=-2)[..., None]  # [B, Nq, Skv, 1]
-    v = np.where(seen, v, 0).astype(v.dtype, copy=False)
+    # rows past key_value_lengths): their values are zeroed per query head, [B, Nkv, G|1, Skv, H]
+    # (one copy per KV head when the keep mask is the same for every head).
+    seen = keep.any(axis=-2)  # [B, 1 or Nq, Skv]
+    heads = (1, 1) if seen.shape[1] == 1 else (nkv, group)
+    seen = seen.reshape(seen.shape[0], *heads, skv, 1)
+    v = np.where(seen, v[:, :, None], 0).astype(v.dtype, copy=False)
     peak = np.max(scores, axis=-1, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
     weights = np.exp(scores - peak)
     total = np.sum(weights, axis=-1, keepdims=True)
     weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    return weights @ v
+    if v.shape[2] == 1:  # [B, Nkv, G * Sq, Skv] @ [B, Nkv, Skv, H]
+        out = weights.reshape(b, nkv, group * sq, skv) @ v[:, :, 0]
+    else:  # per-head masks: [B, Nkv, G, Sq, Skv] @ [B, Nkv, G, Skv, H]
+        out = weights.reshape(b, nkv, group, sq, skv) @ v
+    return out.reshape(b, nq, sq, h)

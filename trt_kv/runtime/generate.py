@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trt_kv.errors import CacheOverflowError, mismatch
+from trt_kv.progress import bar
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
 
@@ -48,6 +49,7 @@ def generate(
                     len(p) + max_new_tokens - 1,
                 )
             )
+    shown = bar(len(prompts) * max_new_tokens, "generate", unit="tok")  # live tokens/s
     start = time.perf_counter()
     logits = session.prefill(prompts)
     steps = 1
@@ -59,8 +61,11 @@ def generate(
             if not done[k]:
                 out[k].append(int(t))
                 done[k] = len(out[k]) >= max_new_tokens or (eos_id is not None and t == eos_id)
+        shown.update(sum(map(len, out)) - shown.n)
         if all(done):
             break
         logits = session.decode(next_ids)
         steps += 1
-    return Generation(out, time.perf_counter() - start, steps)
+    seconds = time.perf_counter() - start
+    shown.close()
+    return Generation(out, seconds, steps)

@@ -29,6 +29,7 @@ from trt_kv.errors import ShapeError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import rope_tables
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
+from trt_kv.progress import track
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
@@ -250,7 +251,7 @@ def build_llama_network(
 
     embed = ctx.const(weights.embed)  # [V, D]
     x = network.add_gather(embed, input_ids, 0).get_output(0)  # [B, S, D]
-    for i, lw in enumerate(weights.layers):
+    for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
         x = _block(ctx, cfg, i, lw, x, shared)
     x = _rms_norm(ctx, x, weights.final_norm, cfg.rms_norm_eps)
     head = embed if weights.lm_head is None else ctx.const(weights.lm_head)

@@ -15,6 +15,7 @@ from safetensors import safe_open
 
 from trt_kv.errors import ConfigError, ShapeError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.progress import track
 
 
 @dataclass
@@ -117,7 +118,7 @@ def load_hf_weights(folder: str | Path, config: LlamaConfig) -> LlamaWeights:
     tensors: dict[str, np.ndarray] = {}
     for path in _safetensors_files(folder):
         with safe_open(str(path), framework="numpy") as f:
-            for key in f.keys():  # noqa: SIM118 (safe_open is no mapping)
+            for key in track(list(f.keys()), f"load {path.name}", unit="tensor"):
                 tensors[key] = f.get_tensor(key)
     shapes = expected_shapes(config)
     missing = sorted(set(shapes) - set(tensors))
@@ -142,7 +143,7 @@ def random_weights(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> Lla
     """Seeded random float32 weights (normal(0, std) matrices, norms around 1)."""
     rng = np.random.default_rng(seed)
     tensors = {}
-    for name, shape in expected_shapes(config).items():
+    for name, shape in track(expected_shapes(config).items(), "random weights", unit="tensor"):
         if len(shape) == 1:
             tensors[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:
