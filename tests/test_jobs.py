@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 from tiny_models import TINY_GQA
 
+from trt_kv.builder import Routes
 from trt_kv.jobs import (
     BuildOptions,
     build_llama_engine,
@@ -19,8 +20,11 @@ def test_default_key_names_dtype_and_every_shape():
 
 
 def test_options_off_their_default_join_the_key():
-    options = BuildOptions("bfloat16", 256, 4, 64, all_logits=True, method="plugin")
-    assert options.key() == "bfloat16-s256-b4-t64-all_logits-method_plugin"
+    routes = Routes(attention="primitive", cache_update="plugin", key_value_lengths=True)
+    options = BuildOptions("bfloat16", 256, 4, 64, all_logits=True, routes=routes)
+    assert options.key() == (
+        "bfloat16-s256-b4-t64-all_logits-attention_primitive.cache_update_plugin.key_value_lengths"
+    )
 
 
 def test_a_new_build_option_joins_the_key_without_other_edits():
@@ -43,7 +47,8 @@ def test_every_option_pair_gives_another_file_name(tmp_path):
         BuildOptions(max_batch=4),
         BuildOptions(max_step_tokens=64),
         BuildOptions(all_logits=True),
-        BuildOptions(method="plugin"),
+        BuildOptions(routes=Routes(cache_update="plugin")),
+        BuildOptions(routes=Routes(rope="elementwise")),
     ]
     paths = {model_engine_path("m", v, tmp_path) for v in variants}
     assert len(paths) == len(variants)
@@ -69,7 +74,12 @@ def test_sidecar_holds_the_options_and_the_build_time(built):
         "max_batch": 2,
         "max_step_tokens": 4,
         "all_logits": False,
-        "method": "auto",
+        "routes": {
+            "attention": "auto",
+            "rope": "auto",
+            "cache_update": "auto",
+            "key_value_lengths": False,
+        },
     }
     assert engine.built_at.endswith("Z") and not engine.reused
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.builder import Profile, build_engine
+from trt_kv.builder import Profile, Routes, build_engine
 from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, load_engine_file, save_engine
 from trt_kv.errors import EngineFileError
 from trt_kv.examples import doc_example_network
@@ -47,20 +47,32 @@ class BuildOptions:
     max_batch: int = field(default=8, metadata=_tag("b"))
     max_step_tokens: int = field(default=128, metadata=_tag("t"))
     all_logits: bool = False
-    method: str = "auto"
+    # the route of each network part ("auto": the best available)
+    routes: Routes = field(default_factory=Routes)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
+            object.__setattr__(self, "routes", Routes.from_json(self.routes))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    def network_options(self) -> dict:
+        """The keywords of ``build_llama_network``."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def key(self) -> str:
         """The file-name part naming these options, e.g. ``"float16-s256-b8-t64"``."""
         parts = []
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata or _tag(f.name, always=False)
-            if value == f.default and not meta["always"]:
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            if value == default and not meta["always"]:
                 continue
             if value is True:
                 parts.append(meta["tag"])
+            elif hasattr(value, "key"):  # a structured option that names itself (Routes)
+                parts.append(value.key())
             elif isinstance(value, (bool, int, float, str)):
                 parts.append(meta["tag"] + ("_" if meta["tag"] and isinstance(value, str) else ""))
                 parts[-1] += re.sub(r"[^A-Za-z0-9.]+", "_", str(value))
@@ -152,7 +164,7 @@ def build_llama_engine(
     same network can be rebuilt, e.g. by the emulated TensorRT runtime.
     """
     opts = BuildOptions(**options)
-    net = build_llama_network(config, weights, **opts.to_json())
+    net = build_llama_network(config, weights, **opts.network_options())
     metadata = {**net.metadata(), OPTIONS_KEY: opts.to_json()}
     if source is not None:
         metadata["recipe"] = {

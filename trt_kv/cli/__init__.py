@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from trt_kv.errors import TrtKvError
 
-SUBCOMMANDS = ("build", "generate", "demo")
+SUBCOMMANDS = ("build", "generate", "demo", "inspect", "bench")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

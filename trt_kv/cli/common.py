@@ -16,19 +16,24 @@ DTYPES = ("float16", "bfloat16", "float32")
 ENGINES_DIR = Path(__file__).resolve().parent.parent.parent / "engines"
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``."""
-    p.add_argument("--model", default="default", help="'default' or a Hugging Face folder")
-    p.add_argument("--dtype", default="float16", choices=DTYPES, help="weights and activations")
-    p.add_argument("--max-seq-len", type=int, default=256, help="S_max of every cache")
-    p.add_argument("--max-batch", type=int, default=8, help="most sequences per step")
-    p.add_argument(
-        "--max-step-tokens",
-        type=int,
-        default=None,
-        help="longest prompt per step (None: min(64, max-seq-len))",
-    )
-    p.add_argument("--out", type=Path, default=ENGINES_DIR, help="engine folder")
+def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
+    """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``; ``helps``
+    replaces the help of some (by dest) for a subcommand that reads them its own way."""
+    text = {
+        "model": "'default' or a Hugging Face folder",
+        "dtype": "weights and activations",
+        "max_seq_len": "S_max of every cache",
+        "max_batch": "most sequences per step",
+        "max_step_tokens": "longest prompt per step (None: min(64, max-seq-len))",
+        "out": "engine folder",
+        **(helps or {}),
+    }
+    p.add_argument("--model", default="default", help=text["model"])
+    p.add_argument("--dtype", default="float16", choices=DTYPES, help=text["dtype"])
+    p.add_argument("--max-seq-len", type=int, default=256, help=text["max_seq_len"])
+    p.add_argument("--max-batch", type=int, default=8, help=text["max_batch"])
+    p.add_argument("--max-step-tokens", type=int, default=None, help=text["max_step_tokens"])
+    p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:
@@ -112,5 +117,5 @@ def engine_table(rows: list[BuiltFile]) -> str:
 def table(head: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, a dashed rule under the header."""
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])

@@ -39,6 +39,8 @@ CUmodule = _dr.CUmodule
 CUfunction = _dr.CUfunction
 CUdeviceptr = _dr.CUdeviceptr
 
+# Public names that are not cuda-python API (the conformance test checks all the others).
+EMULATOR_EXTRAS = ("image_entries", "kernel_extents", "host_library", "HOST_FLAGS", "HOST_DEFINE")
 _OK = CUresult.CUDA_SUCCESS
 _ATTRIBUTES = {
     CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: _crt.COMPUTE_CAPABILITY[0],

@@ -21,8 +21,8 @@ from trt_kv.emulator.device import (
     CudaCallFailed,
     Event,
     Stream,
-    device,
 )
+from trt_kv.emulator.device import device as _state
 from trt_kv.emulator.memory import EmulatorError
 
 # cuda-python's own types: values made here are indistinguishable from real ones.
@@ -36,6 +36,8 @@ cudaGraphExec_t = _rt.cudaGraphExec_t
 cudaEvent_t = _rt.cudaEvent_t
 cudaDeviceProp = _rt.cudaDeviceProp
 
+# Public names that are not cuda-python API (the conformance test checks all the others).
+EMULATOR_EXTRAS = ("submit", "DEVICE_NAME", "COMPUTE_CAPABILITY")
 DEVICE_NAME = b"trt_kv emulated GPU (CPU)"
 COMPUTE_CAPABILITY = (8, 9)
 _KINDS = {
@@ -55,7 +57,7 @@ def submit(stream: object, work: Callable[[], None], what: str) -> None:
         CudaCallFailed: ``.code`` is the cudaError_t CUDA returns (unknown stream, legacy stream
             during a capture, invalidated capture).
     """
-    device().submit(stream, work, what)
+    _state().submit(stream, work, what)
 
 
 def _returns(n: int) -> Callable:
@@ -88,17 +90,17 @@ def cudaGetDevice() -> int:
 
 
 @_returns(0)
-def cudaSetDevice(device_index: int) -> None:
-    _check_device(device_index)
+def cudaSetDevice(device: int) -> None:
+    _check_device(device)
 
 
 @_returns(1)
-def cudaGetDeviceProperties(device_index: int) -> object:
-    _check_device(device_index)
+def cudaGetDeviceProperties(device: int) -> object:
+    _check_device(device)
     prop = cudaDeviceProp()
     prop.name = DEVICE_NAME.ljust(256, b"\0")
     prop.major, prop.minor = COMPUTE_CAPABILITY
-    prop.totalGlobalMem = device().memory.capacity
+    prop.totalGlobalMem = _state().memory.capacity
     prop.multiProcessorCount = 1
     prop.warpSize = 32
     prop.maxThreadsPerBlock = 1024
@@ -111,7 +113,7 @@ def cudaGetDeviceProperties(device_index: int) -> object:
 
 @_returns(2)
 def cudaMemGetInfo() -> tuple[int, int]:
-    mem = device().memory
+    mem = _state().memory
     return mem.capacity - mem.used, mem.capacity
 
 
@@ -119,9 +121,9 @@ def cudaMemGetInfo() -> tuple[int, int]:
 def cudaDeviceSynchronize() -> None:
     # "It is also invalid to query the execution status of or synchronize a broader handle
     # which encompasses an active stream capture, such as a device or context handle"
-    active = device().captures()
+    active = _state().captures()
     if active:
-        device().invalidate(active, "cudaDeviceSynchronize")
+        _state().invalidate(active, "cudaDeviceSynchronize")
         raise CudaCallFailed(
             cudaError_t.cudaErrorStreamCaptureUnsupported, "device synchronize during capture"
         )
@@ -143,7 +145,7 @@ def _check_device(index: int) -> None:
 # -- memory ------------------------------------------------------------------------------------
 @_returns(1)
 def cudaMalloc(size: int) -> int:
-    dev = device()
+    dev = _state()
     dev.check_unsafe_call("cudaMalloc")
     if int(size) == 0:
         return 0
@@ -161,8 +163,8 @@ def cudaFree(devPtr: int) -> None:
     # is never silent, even where the caller ignores the return code.
     if int(devPtr) == 0:
         return
-    device().check_unsafe_call("cudaFree")
-    device().memory.free(devPtr)
+    _state().check_unsafe_call("cudaFree")
+    _state().memory.free(devPtr)
 
 
 def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
@@ -178,7 +180,7 @@ def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
         sides = "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
     else:
         sides = _KINDS[kind]
-    return device().copy_work(dst, src, count, sides)
+    return _state().copy_work(dst, src, count, sides)
 
 
 @_returns(0)
@@ -186,7 +188,7 @@ def cudaMemcpy(dst: int, src: int, count: int, kind: object) -> None:
     if int(count) == 0:
         return
     work = _copy(dst, src, count, kind)
-    device().submit(0, work, "cudaMemcpy")  # synchronous: the legacy stream
+    _state().submit(0, work, "cudaMemcpy")  # synchronous: the legacy stream
 
 
 @_returns(0)
@@ -194,11 +196,11 @@ def cudaMemcpyAsync(dst: int, src: int, count: int, kind: object, stream: object
     if int(count) == 0:
         return
     work = _copy(dst, src, count, kind)
-    device().submit(stream, work, "cudaMemcpyAsync")
+    _state().submit(stream, work, "cudaMemcpyAsync")
 
 
 def _memset(devPtr: int, value: int, count: int) -> Callable[[], None]:
-    mem, ptr, count = device().memory, int(devPtr), int(count)
+    mem, ptr, count = _state().memory, int(devPtr), int(count)
     mem.find(ptr, count)
 
     def work() -> None:
@@ -210,18 +212,18 @@ def _memset(devPtr: int, value: int, count: int) -> Callable[[], None]:
 
 @_returns(0)
 def cudaMemset(devPtr: int, value: int, count: int) -> None:
-    device().submit(0, _memset(devPtr, value, count), "cudaMemset")
+    _state().submit(0, _memset(devPtr, value, count), "cudaMemset")
 
 
 @_returns(0)
 def cudaMemsetAsync(devPtr: int, value: int, count: int, stream: object) -> None:
-    device().submit(stream, _memset(devPtr, value, count), "cudaMemsetAsync")
+    _state().submit(stream, _memset(devPtr, value, count), "cudaMemsetAsync")
 
 
 # -- streams and capture ---------------------------------------------------------------------------
 @_returns(1)
 def cudaStreamCreate() -> object:
-    dev = device()
+    dev = _state()
     h = dev.new_handle()
     dev.streams[h] = Stream(h)
     return cudaStream_t(h)
@@ -229,7 +231,7 @@ def cudaStreamCreate() -> object:
 
 @_returns(0)
 def cudaStreamDestroy(stream: object) -> None:
-    dev = device()
+    dev = _state()
     s = dev.stream(stream)
     if s is None:
         raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, "the legacy stream")
@@ -240,17 +242,17 @@ def cudaStreamDestroy(stream: object) -> None:
 
 @_returns(0)
 def cudaStreamSynchronize(stream: object) -> None:
-    device().check_sync(stream, "cudaStreamSynchronize")
+    _state().check_sync(stream, "cudaStreamSynchronize")
 
 
 @_returns(0)
 def cudaStreamQuery(stream: object) -> None:
-    device().check_sync(stream, "cudaStreamQuery")
+    _state().check_sync(stream, "cudaStreamQuery")
 
 
 @_returns(1)
 def cudaStreamIsCapturing(stream: object) -> object:
-    s = device().stream(stream)
+    s = _state().stream(stream)
     status = cudaStreamCaptureStatus
     if s is None or s.capture is None:
         return status.cudaStreamCaptureStatusNone
@@ -261,7 +263,7 @@ def cudaStreamIsCapturing(stream: object) -> object:
 
 @_returns(0)
 def cudaStreamBeginCapture(stream: object, mode: object) -> None:
-    s = device().stream(stream)
+    s = _state().stream(stream)
     if s is None:
         # "Stream capture can be used on any CUDA stream except cudaStreamLegacy"
         raise CudaCallFailed(
@@ -274,7 +276,7 @@ def cudaStreamBeginCapture(stream: object, mode: object) -> None:
 
 @_returns(1)
 def cudaStreamEndCapture(stream: object) -> object:
-    dev = device()
+    dev = _state()
     s = dev.stream(stream)
     if s is None or s.capture is None:
         raise CudaCallFailed(cudaError_t.cudaErrorIllegalState, "stream is not capturing")
@@ -306,7 +308,7 @@ def _graph_handle(table: dict, handle: object, what: str) -> int:
 
 @_returns(1)
 def cudaGraphInstantiate(graph: object, flags: int) -> object:
-    dev = device()
+    dev = _state()
     nodes = dev.graphs[_graph_handle(dev.graphs, graph, "graph")]
     h = dev.new_handle()
     dev.execs[h] = tuple(nodes)
@@ -315,7 +317,7 @@ def cudaGraphInstantiate(graph: object, flags: int) -> object:
 
 @_returns(0)
 def cudaGraphLaunch(graphExec: object, stream: object) -> None:
-    dev = device()
+    dev = _state()
     nodes = dev.execs[_graph_handle(dev.execs, graphExec, "graph exec")]
 
     def replay() -> None:
@@ -327,46 +329,46 @@ def cudaGraphLaunch(graphExec: object, stream: object) -> None:
 
 @_returns(0)
 def cudaGraphDestroy(graph: object) -> None:
-    dev = device()
+    dev = _state()
     del dev.graphs[_graph_handle(dev.graphs, graph, "graph")]
 
 
 @_returns(0)
 def cudaGraphExecDestroy(graphExec: object) -> None:
-    dev = device()
+    dev = _state()
     del dev.execs[_graph_handle(dev.execs, graphExec, "graph exec")]
 
 
 # -- events ------------------------------------------------------------------------------------
 def _event(handle: object) -> Event:
     h = int(handle) if handle is not None else 0
-    if h not in device().events:
+    if h not in _state().events:
         raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, f"event {h:#x}")
-    return device().events[h]
+    return _state().events[h]
 
 
 @_returns(1)
 def cudaEventCreate() -> object:
-    h = device().new_handle()
-    device().events[h] = Event()
+    h = _state().new_handle()
+    _state().events[h] = Event()
     return cudaEvent_t(h)
 
 
 @_returns(0)
 def cudaEventDestroy(event: object) -> None:
     _event(event)
-    del device().events[int(event)]
+    del _state().events[int(event)]
 
 
 @_returns(0)
 def cudaEventRecord(event: object, stream: object) -> None:
-    ev, s = _event(event), device().stream(stream)
+    ev, s = _event(event), _state().stream(stream)
     ev.captured = s is not None and s.capture is not None
 
     def record() -> None:
         ev.time = time.perf_counter()
 
-    device().submit(stream, record, "cudaEventRecord")
+    _state().submit(stream, record, "cudaEventRecord")
 
 
 @_returns(0)

@@ -153,7 +153,7 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
         return network, builder
     if kind == "llama":
         from trt_kv.examples import load_model
-        from trt_kv.jobs import OPTIONS_KEY, weights_digest
+        from trt_kv.jobs import OPTIONS_KEY, BuildOptions, weights_digest
         from trt_kv.models.llama import build_llama_network
 
         _, config, weights = load_model(recipe["model"])
@@ -169,7 +169,8 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
             )
         if config.to_json() != md["config"]:
             raise EmulatorError(mismatch(f"config of {recipe['model']!r}", "", md["config"], ""))
-        net = build_llama_network(config, weights, **md[OPTIONS_KEY])
+        options = BuildOptions(**md[OPTIONS_KEY]).network_options()
+        net = build_llama_network(config, weights, **options)
         return net.network, net
     raise EmulatorError(mismatch("recipe network", "'kv_cache_doc_example' or 'llama'", "", kind))
 
