@@ -69,6 +69,7 @@ class TrtBackend:
         cuda_graph: bool | GraphMode = False,
     ) -> None:
         self.graph_mode = _graph_mode(cuda_graph)
+        self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         self.engine, _, self.meta = load_cuda_engine(engine_path)
         md = self.meta.metadata
         self.max_step_tokens = md["max_step_tokens"]
@@ -139,7 +140,7 @@ class TrtBackend:
         if self.graph_mode != "manual" or not decode:
             self._execute()
         elif state in self._graphs and state == self._last_state:
-            check(_rt().cudaGraphLaunch(self._graphs[state][1], self.stream))
+            check(self._cuda.cudaGraphLaunch(self._graphs[state][1], self.stream))
         else:
             # A fresh enqueue after a change of binding state; it also serves as the warm-up
             # TensorRT's trtexec does before capturing ("Avoid capturing initialization calls
@@ -152,7 +153,7 @@ class TrtBackend:
 
     def _capture(self, state: tuple) -> None:
         """Record one enqueue of ``state`` into a graph (nothing runs)."""
-        rt = _rt()
+        rt = self._cuda
         synchronize(self.stream)
         mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
         check(rt.cudaStreamBeginCapture(self.stream, mode))
@@ -175,7 +176,7 @@ class TrtBackend:
         stream, self.stream = getattr(self, "stream", None), None
         if not graphs and stream is None:
             return
-        rt = _rt()
+        rt = self._cuda
         for graph, graph_exec in graphs.values():
             rt.cudaGraphExecDestroy(graph_exec)
             rt.cudaGraphDestroy(graph)
