@@ -9,7 +9,6 @@ pointer, a double free) raise :class:`~trt_kv.emulator.memory.EmulatorError` at 
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +20,10 @@ from trt_kv.emulator.device import (
     CudaCallFailed,
     Event,
     Stream,
+    returning,
 )
 from trt_kv.emulator.device import device as _state
-from trt_kv.emulator.memory import EmulatorError
+from trt_kv.emulator.memory import EmulatorError, is_device_pointer
 
 # cuda-python's own types: values made here are indistinguishable from real ones.
 cudaError_t = _rt.cudaError_t
@@ -61,21 +61,7 @@ def submit(stream: object, work: Callable[[], None], what: str) -> None:
 
 
 def _returns(n: int) -> Callable:
-    """Wrap an API body returning ``n`` values: prepend cudaSuccess, or turn CudaCallFailed
-    into ``(code, None * n)`` as cuda-python does."""
-
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def api(*args: object) -> tuple:
-            try:
-                values = fn(*args)
-            except CudaCallFailed as e:
-                return (e.code, *([None] * n))
-            return (_OK, *(values if n > 1 else (values,) if n == 1 else ()))
-
-        return api
-
-    return wrap
+    return returning(n, _OK, lambda code: code)
 
 
 # -- device ------------------------------------------------------------------------------------
@@ -175,8 +161,6 @@ def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
     if kind == cudaMemcpyKind.cudaMemcpyDefault:
         # "Passing cudaMemcpyDefault is recommended, in which case the type of transfer is
         # inferred from the pointer values." (unified virtual addressing)
-        from trt_kv.emulator.memory import is_device_pointer
-
         sides = "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
     else:
         sides = _KINDS[kind]

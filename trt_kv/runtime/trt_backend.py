@@ -128,7 +128,11 @@ class TrtBackend:
                 self._call(ok, "set_tensor_address", name, hex(address))
         ok = ctx.set_tensor_address(LOGITS, self.logits.ptr)
         self._call(ok, "set_tensor_address", LOGITS, hex(self.logits.ptr))
-        for name, host in feed.items():  # only once TensorRT took every binding
+        # Uploads only once TensorRT took every binding. The host arrays stay referenced
+        # until run() has synchronized the stream: an async copy from pageable memory may
+        # read its source after cudaMemcpyAsync returns (docs/gpu-results.md).
+        self._held = {name: np.ascontiguousarray(host) for name, host in feed.items()}
+        for name, host in self._held.items():
             self.buffers[name].upload(host, stream=self.stream)
         return (profile, plan.lo, b, plan.input_ids.shape[1])
 
@@ -168,6 +172,7 @@ class TrtBackend:
         self._enqueue(self._bind(plan))
         shape = tuple(self.context.get_tensor_shape(LOGITS))
         host = self.logits.download(np.empty(shape, np.float32), stream=self.stream)
+        self._held = {}  # the download synchronized the stream: the uploads are done
         return last_token_logits(host, plan)
 
     def close(self) -> None:
