@@ -50,3 +50,10 @@ def test_demo_on_the_emulated_gpu_says_so(tiny_model, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "backend=tensorrt (emulated GPU)" in out
     assert "tensorrt (emulated GPU):" in out
+
+
+def test_emulate_gpu_with_a_cpu_backend_is_refused(capsys):
+    argv = ["generate", "--backend", "interpreter", "--emulate-gpu", "--prompt-ids", "1,2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trt-kv: error: --emulate-gpu: expected --backend tensorrt or ")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trt_kv.cli import build, generate
+from trt_kv.cli.checks import check_backend_options, check_model
 
 HELP = "build, then generate on the GPU (or the CPU interpreter without one)"
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
@@ -26,10 +27,13 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
-    args.no_model = False
-    build.run(args)
     reason = gpu_unavailable_reason()
     args.backend = "tensorrt" if reason is None else "interpreter"
+    check_backend_options(args, args.backend, " (the demo's pick: no GPU)" if reason else "")
+    check_model(args)
+    generate.read_prompts(args)  # refuse bad prompts before building anything
+    args.no_model = False
+    build.run(args)
     if reason is not None:
         print(
             f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
@@ -37,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     print(
         f"\ngenerate: backend={args.backend}{' (emulated GPU)' if args.emulate_gpu else ''} "
-        f"prompts={args.prompt_ids} "
+        f"prompts={args.prompt_ids or args.prompt or generate.DEFAULT_PROMPT_IDS} "
         f"max_new_tokens={args.max_new_tokens}"
     )
     return generate.run(args)

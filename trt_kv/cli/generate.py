@@ -7,23 +7,36 @@ import sys
 from pathlib import Path
 
 from trt_kv.cli import common
-from trt_kv.errors import TrtKvError
+from trt_kv.cli.checks import (
+    check_backend_options,
+    check_model,
+    check_vocabulary,
+    integer,
+    prompt_ids,
+    real,
+)
+from trt_kv.errors import ArgumentError, ConfigError, mismatch
 
 HELP = "generate tokens for prompts on a chosen backend"
 EXAMPLE = 'trt-kv generate --prompt-ids "1,2,3;4,5" --max-new-tokens 8 --backend interpreter'
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
 GPU_BACKENDS = ("tensorrt", "polygraphy")
+DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
     common.add_model_arguments(p)
-    p.add_argument("--prompt-ids", default="1,2,3,4,5;6,7,8", help="token ids, ';' per prompt")
+    p.add_argument(
+        "--prompt-ids", help=f"token ids, ';' per prompt (default: {DEFAULT_PROMPT_IDS})"
+    )
     p.add_argument("--prompt", help="text (needs tokenizer.json in --model)")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate per prompt")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-k", type=int, help="sample from the k most likely tokens")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument(
+        "--max-new-tokens", type=integer(1), default=8, help="tokens to generate per prompt"
+    )
+    p.add_argument("--temperature", type=real(0.0), default=0.0, help="0: greedy")
+    p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
+    p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
     p.add_argument(
@@ -40,26 +53,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="reference", help="where to run")
 
 
-def _parse_ids(text: str) -> list[list[int]]:
-    try:
-        return [[int(t) for t in seq.split(",") if t.strip()] for seq in text.split(";")]
-    except ValueError as e:
-        raise TrtKvError(f"--prompt-ids: expected '1,2,3;4,5', got {text!r}") from e
-
-
-def _prompts(args: argparse.Namespace) -> tuple[list[list[int]], object | None]:
+def read_prompts(args: argparse.Namespace) -> tuple[list[list[int]], object | None]:
+    """``(prompts, tokenizer)`` from ``--prompt-ids`` or ``--prompt`` (then the model's
+    tokenizer). Raises ArgumentError or ConfigError."""
     if args.prompt is None:
-        return _parse_ids(args.prompt_ids), None
+        ids = DEFAULT_PROMPT_IDS if args.prompt_ids is None else args.prompt_ids
+        return prompt_ids(ids), None
+    if args.prompt_ids is not None:
+        raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
     tok_path = Path(args.model) / "tokenizer.json"
     if not tok_path.is_file():
-        raise TrtKvError(
+        raise ConfigError(
             f"--prompt: expected {tok_path} (a model folder with tokenizer.json), "
             "got none; use --prompt-ids"
         )
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(tok_path))
-    return [tokenizer.encode(args.prompt).ids], tokenizer
+    try:
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    except Exception as err:  # tokenizers raises plain Exception for a malformed file
+        raise ConfigError(mismatch(str(tok_path), "a tokenizer.json", "", err)) from err
+    ids = tokenizer.encode(args.prompt).ids
+    if not ids:
+        raise ArgumentError(
+            mismatch("--prompt", "text with at least one token", "", repr(args.prompt))
+        )
+    return [ids], tokenizer
 
 
 def make_backend(
@@ -125,12 +144,15 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.sampling import Sampler
     from trt_kv.runtime.session import Session
 
+    check_backend_options(args, args.backend)
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
-    prompts, tokenizer = _prompts(args)
-    name, config, weights = load_model(args.model)
-    backend = make_backend(args, name, config, weights, len(prompts))
+    check_model(args)
+    prompts, tokenizer = read_prompts(args)
     sampler = Sampler(args.temperature, args.top_k, args.seed)
+    name, config, weights = load_model(args.model)
+    check_vocabulary(prompts, config.vocab_size, "--prompt" if tokenizer else "--prompt-ids")
+    backend = make_backend(args, name, config, weights, len(prompts))
     try:
         result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
     finally:
