@@ -1,12 +1,19 @@
-"""Llama-family configuration: one dataclass, a SmolLM2-135M preset, ``from_hf``."""
+"""Decoder configuration: one dataclass for every family, a SmolLM2-135M preset, ``from_hf``.
+
+The family switches (biases, q/k norm, norm offset, activation, embedding scale, partial
+rotary, sliding window) default to Llama; :mod:`trt_kv.models.family` reads them from
+``config.json``.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from trt_kv.errors import ConfigError, mismatch
+from trt_kv.models.family import SLIDING, family_of, family_switches
 
 # Keys of a Hugging Face config.json that do not change the forward pass we build.
 _IGNORED = {
@@ -61,6 +68,20 @@ _REQUIRED = (
     "num_hidden_layers",
     "num_attention_heads",
 )
+_LONGROPE_FIELDS = ("short_factor", "long_factor")
+# LlamaConfig fields that are family switches (written by to_json only when not Llama's).
+_SWITCHES = (
+    "model_type",
+    "qkv_bias",
+    "o_bias",
+    "qk_norm",
+    "norm_offset",
+    "activation",
+    "embed_scale",
+    "partial_rotary_factor",
+    "sliding_window",
+    "layer_types",
+)
 _LLAMA3_FIELDS = (
     "factor",
     "low_freq_factor",
@@ -80,8 +101,21 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class LongRope:
+    """``rope_scaling`` of type "longrope" (Phi-3): per-frequency divisors ``[R/2]`` (short
+    up to ``original_max_position_embeddings`` positions, long beyond) and a cos/sin
+    multiplier."""
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    attention_factor: float
+
+
+@dataclass(frozen=True)
 class LlamaConfig:
-    """Shape of a Llama-family decoder. Defaults are HuggingFaceTB/SmolLM2-135M."""
+    """Shape and switches of a decoder (every family: see :mod:`trt_kv.models.family`).
+    Defaults are HuggingFaceTB/SmolLM2-135M (Llama switches)."""
 
     vocab_size: int = 49152
     hidden_size: int = 576
@@ -92,11 +126,43 @@ class LlamaConfig:
     head_dim: int = 64
     rms_norm_eps: float = 1e-5
     rope_theta: float = 100000.0
-    rope_scaling: RopeScaling | None = None
+    rope_scaling: RopeScaling | LongRope | None = None
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 8192
+    model_type: str = "llama"
+    qkv_bias: bool = False  # biases on the q/k/v projections
+    o_bias: bool = False  # a bias on the output projection
+    qk_norm: bool = False  # per-head RMSNorm [H] of q and k before RoPE
+    norm_offset: float = 0.0  # RMSNorm scales by (norm_offset + w), in float32 when nonzero
+    activation: str = "silu"  # gated MLP activation: "silu" or "gelu_tanh"
+    embed_scale: bool = False  # embeddings times sqrt(D) in the compute dtype
+    partial_rotary_factor: float = 1.0  # RoPE rotates the first int(H * factor) dims
+    sliding_window: int | None = None  # keys j with position - window < j <= position
+    layer_types: tuple[str, ...] | None = None  # per layer; None: every layer (if windowed)
+
+    @property
+    def rotary_dim(self) -> int:
+        """R, the leading dims of each head that RoPE rotates (HF: ``int(H * factor)``)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of layer ``layer`` (None: full causal attention)."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is None or self.layer_types[layer] == SLIDING:
+            return self.sliding_window
+        return None
 
     def __post_init__(self) -> None:
+        family_of(self.model_type)
+        if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
+            raise ConfigError(
+                mismatch("layer_types", "length", self.num_hidden_layers, len(self.layer_types))
+            )
+        if self.activation not in ("silu", "gelu_tanh"):
+            raise ConfigError(mismatch("activation", "one of", ("silu", "gelu_tanh"), ""))
+        if self.rotary_dim % 2 or self.rotary_dim <= 0:
+            raise ConfigError(mismatch("rotary_dim", "an even number > 0", "", self.rotary_dim))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
                 mismatch(
@@ -118,49 +184,24 @@ class LlamaConfig:
         """Read a Hugging Face ``config.json`` (a dict, the file, or its folder).
 
         Raises:
-            ConfigError: a model type other than llama, an activation other than silu,
-                biases, a rope_scaling type other than llama3, or unknown fields.
+            ConfigError: a model type not in ``trt_kv.models.family.FAMILIES``, a switch
+                that family does not build (activation, biases, window), a rope type other
+                than default/llama3/longrope (Phi-3), or unknown fields; each named.
         """
         if not isinstance(source, dict):
             path = Path(source)
             path = path / "config.json" if path.is_dir() else path
             source = json.loads(path.read_text())
         d = source
-        if d.get("model_type", "llama") != "llama":
-            raise ConfigError(mismatch("config.model_type", "", "llama", d.get("model_type")))
-        if d.get("hidden_act", "silu") != "silu":
-            raise ConfigError(mismatch("config.hidden_act", "", "silu", d.get("hidden_act")))
-        for key in ("attention_bias", "mlp_bias"):
-            if d.get(key, False):
-                raise ConfigError(mismatch(f"config.{key}", "", False, d[key]))
-        unknown = sorted(k for k in d if k not in _IGNORED)
+        family = family_of(d.get("model_type", "llama"))
+        unknown = sorted(k for k in d if k not in _IGNORED | family.keys)
         if unknown:
             raise ConfigError(mismatch("config.json", "only supported fields, extra", [], unknown))
         missing = [k for k in _REQUIRED if k not in d]
         if missing:
             raise ConfigError(mismatch("config.json", "required fields, missing", "", missing))
-        # transformers >= 5 nests rope settings in rope_parameters; a legacy rope_scaling
-        # replaces them whole (as transformers does), with theta from the top level.
-        rope = dict(d.get("rope_scaling") or d.get("rope_parameters") or {})
-        theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        scaling = None
-        if kind == "llama3":
-            absent = [k for k in _LLAMA3_FIELDS if k not in rope]
-            if absent:
-                raise ConfigError(
-                    mismatch("config.rope_scaling (llama3)", "fields, missing", "", absent)
-                )
-            scaling = RopeScaling(
-                float(rope["factor"]),
-                float(rope["low_freq_factor"]),
-                float(rope["high_freq_factor"]),
-                int(rope["original_max_position_embeddings"]),
-            )
-        elif kind != "default":
-            raise ConfigError(
-                mismatch("config.rope_scaling.rope_type", "one of", ("default", "llama3"), kind)
-            )
+        switches = family_switches(d, d["num_hidden_layers"])
+        theta, scaling, partial = _rope(d)
         heads = d["num_attention_heads"]
         return cls(
             vocab_size=d["vocab_size"],
@@ -175,14 +216,95 @@ class LlamaConfig:
             rope_scaling=scaling,
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
+            partial_rotary_factor=partial,
+            **switches,
         )
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The fields as JSON values; family switches only where they differ from Llama's
+        (a Llama config reads as it always did)."""
+        d = asdict(self)
+        for f in fields(self):
+            if f.name in _SWITCHES and d[f.name] == f.default:
+                del d[f.name]
+        if d.get("layer_types") is not None:
+            d["layer_types"] = list(d["layer_types"])
+        if isinstance(self.rope_scaling, LongRope):
+            d["rope_scaling"] = {
+                k: list(v) if isinstance(v, tuple) else v for k, v in d["rope_scaling"].items()
+            }
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> LlamaConfig:
         d = dict(d)
-        if d.get("rope_scaling"):
-            d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+        rope = d.get("rope_scaling")
+        if rope and "short_factor" in rope:
+            rope = {**rope, **{k: tuple(rope[k]) for k in _LONGROPE_FIELDS}}
+            d["rope_scaling"] = LongRope(**rope)
+        elif rope:
+            d["rope_scaling"] = RopeScaling(**rope)
+        if d.get("layer_types") is not None:
+            d["layer_types"] = tuple(d["layer_types"])
         return cls(**d)
+
+
+def _longrope(d: dict, rope: dict, rotary_dim: int) -> LongRope:
+    """Phi-3's longrope fields, with transformers' default attention factor
+    ``sqrt(1 + ln(factor) / ln(original))``, factor = max / original positions."""
+    original = rope.get(
+        "original_max_position_embeddings", d.get("original_max_position_embeddings")
+    )
+    absent = [k for k in _LONGROPE_FIELDS if k not in rope] + (
+        ["original_max_position_embeddings"] if original is None else []
+    )
+    if absent:
+        raise ConfigError(mismatch("config.rope_scaling (longrope)", "fields, missing", "", absent))
+    for key in _LONGROPE_FIELDS:
+        if len(rope[key]) != rotary_dim // 2:
+            raise ConfigError(
+                mismatch(f"config.rope_scaling.{key}", "length", rotary_dim // 2, len(rope[key]))
+            )
+    factor = rope.get("factor") or d.get("max_position_embeddings", 2048) / original
+    attention = rope.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return LongRope(
+        tuple(float(f) for f in rope["short_factor"]),
+        tuple(float(f) for f in rope["long_factor"]),
+        int(original),
+        float(attention),
+    )
+
+
+def _rope(d: dict) -> tuple[float, RopeScaling | LongRope | None, float]:
+    """``(rope_theta, scaling or None, partial_rotary_factor)`` from ``rope_parameters``
+    (transformers >= 5) or a legacy ``rope_scaling``, which replaces them whole (as
+    transformers does), with theta from the top level.
+
+    Raises:
+        ConfigError: a rope type other than default/llama3/longrope, missing fields.
+    """
+    rope = dict(d.get("rope_scaling") or d.get("rope_parameters") or {})
+    theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
+    partial = float(rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0)))
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    kinds = ("default", "llama3", "longrope")
+    if kind not in kinds or (kind == "longrope" and d.get("model_type") != "phi3"):
+        raise ConfigError(mismatch("config.rope_scaling.rope_type", "one of", kinds, kind))
+    if kind == "default":
+        return float(theta), None, partial
+    if kind == "longrope":
+        heads = d["num_attention_heads"]
+        head_dim = d.get("head_dim") or d["hidden_size"] // heads
+        return float(theta), _longrope(d, rope, int(head_dim * partial)), partial
+    absent = [k for k in _LLAMA3_FIELDS if k not in rope]
+    if absent:
+        raise ConfigError(mismatch("config.rope_scaling (llama3)", "fields, missing", "", absent))
+    scaling = RopeScaling(
+        float(rope["factor"]),
+        float(rope["low_freq_factor"]),
+        float(rope["high_freq_factor"]),
+        int(rope["original_max_position_embeddings"]),
+    )
+    return float(theta), scaling, partial
