@@ -10,6 +10,7 @@ from trt_kv.cli import common
 from trt_kv.cli.checks import (
     check_backend_options,
     check_model,
+    check_prompt_lengths,
     check_vocabulary,
     integer,
     prompt_ids,
@@ -149,9 +150,12 @@ def _run(args: argparse.Namespace) -> int:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
     prompts, tokenizer = read_prompts(args)
+    option = "--prompt" if tokenizer else "--prompt-ids"
+    step_tokens = common.max_step_tokens(args)
+    check_prompt_lengths(prompts, step_tokens, args.max_seq_len, args.max_new_tokens, option)
     sampler = Sampler(args.temperature, args.top_k, args.seed)
     name, config, weights = load_model(args.model)
-    check_vocabulary(prompts, config.vocab_size, "--prompt" if tokenizer else "--prompt-ids")
+    check_vocabulary(prompts, config.vocab_size, option)
     backend = make_backend(args, name, config, weights, len(prompts))
     try:
         result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
