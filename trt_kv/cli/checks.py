@@ -16,7 +16,11 @@ from pathlib import Path
 from trt_kv.errors import ArgumentError, mismatch
 
 # Options that only one kind of backend reads: option -> backends it applies to.
-BACKEND_ONLY = {"engine": ("tensorrt", "polygraphy"), "cuda_graph": ("tensorrt",)}
+BACKEND_ONLY = {
+    "engine": ("tensorrt", "polygraphy"),
+    "cuda_graph": ("tensorrt",),
+    "emulate_gpu": ("tensorrt", "polygraphy"),
+}
 
 
 def integer(lo: int) -> Callable[[str], int]:
