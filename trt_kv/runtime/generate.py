@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from trt_kv.errors import CacheOverflowError, mismatch
@@ -28,15 +28,21 @@ def generate(
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int,
     sampler: Sampler | None = None,
-    eos_id: int | None = None,
+    eos_ids: int | Iterable[int] | None = None,
+    on_token: Callable[[int, int], None] | None = None,
 ) -> Generation:
     """Generate up to ``max_new_tokens`` per prompt in slots ``0 .. len(prompts) - 1``.
+
+    A sequence stops after it produces any of ``eos_ids`` (one id or several; the stop token
+    is kept in its ids). ``on_token(k, token_id)`` is called for each new token of sequence
+    ``k`` as soon as it is chosen (streaming).
 
     Raises:
         CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
             fit in ``S_max``.
     """
     sampler = sampler or Sampler()
+    stop = frozenset([eos_ids] if isinstance(eos_ids, int) else eos_ids or ())
     s_max = session.state.max_seq_len
     for k, p in enumerate(prompts):
         if len(p) + max_new_tokens - 1 > s_max:
@@ -58,7 +64,9 @@ def generate(
         for k, t in enumerate(next_ids):
             if not done[k]:
                 out[k].append(int(t))
-                done[k] = len(out[k]) >= max_new_tokens or (eos_id is not None and t == eos_id)
+                done[k] = len(out[k]) >= max_new_tokens or int(t) in stop
+                if on_token is not None:
+                    on_token(k, int(t))
         if all(done):
             break
         logits = session.decode(next_ids)
