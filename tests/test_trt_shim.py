@@ -34,8 +34,8 @@ def test_environment_variable_forces_the_module():
     assert out.stdout.strip() == FEATURES.module
 
 
-def test_unknown_forced_module_is_a_clear_error():
-    out = run_python("import trt_kv", TRT_KV_TRT_MODULE="tensorflow")
+def test_unknown_forced_module_is_a_clear_error_on_first_use():
+    out = run_python("import trt_kv; trt_kv.FEATURES", TRT_KV_TRT_MODULE="tensorflow")
     assert out.returncode != 0
     assert (
         "TRT_KV_TRT_MODULE: expected one of ('tensorrt', 'tensorrt_rtx'), got 'tensorflow'"
@@ -48,3 +48,9 @@ def test_polygraphy_uses_tensorrt_rtx_after_trt_kv_import():
     code = "import trt_kv, polygraphy.config as c; print(c.USE_TENSORRT_RTX)"
     out = run_python(code, unset=("POLYGRAPHY_USE_TENSORRT_RTX",))
     assert out.stdout.strip() == "True", out.stderr
+
+
+def test_import_trt_kv_does_not_import_tensorrt():
+    code = "import sys, trt_kv; print(sorted(m for m in sys.modules if m.startswith('tensorrt')))"
+    out = run_python(code)
+    assert out.stdout.strip() == "[]", out.stderr

@@ -5,7 +5,7 @@ Data path: ``builder`` (networks, engines) -> ``engine_file`` (engine + sidecar)
 executor of built networks) are the two independent checks beside it.
 """
 
-from trt_kv._trt import FEATURES, trt
+from trt_kv import _trt  # cheap: points Polygraphy at our module; TensorRT loads lazily
 from trt_kv.errors import (
     CacheOverflowError,
     ConfigError,
@@ -38,3 +38,10 @@ __all__ = [
     "__version__",
     "trt",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``trt_kv.trt`` and ``trt_kv.FEATURES`` import TensorRT on first use (PEP 562)."""
+    if name in ("trt", "FEATURES"):
+        return getattr(_trt, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,10 @@ module through ``POLYGRAPHY_USE_TENSORRT_RTX`` before it is first imported.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from dataclasses import dataclass
 from types import ModuleType
+from typing import NamedTuple
 
 from trt_kv.errors import TrtKvError
 
@@ -20,9 +21,9 @@ ENV_VAR = "TRT_KV_TRT_MODULE"
 _CANDIDATES = ("tensorrt", "tensorrt_rtx")
 
 
-@dataclass(frozen=True)
-class Features:
-    """What the imported TensorRT module can do."""
+class Features(NamedTuple):
+    """What the imported TensorRT module can do (a NamedTuple: no dataclasses import, which
+    would cost ``trt-kv --help`` ~10 ms)."""
 
     module: str
     version: str
@@ -74,10 +75,32 @@ def _features(mod: ModuleType) -> Features:
     )
 
 
-trt: ModuleType = _import()
-FEATURES: Features = _features(trt)
-if FEATURES.is_rtx:
+def _first_installed() -> str | None:
+    """The module :func:`_import` will try first, found without importing anything."""
+    forced = os.environ.get(ENV_VAR)
+    if forced:
+        return forced
+    return next((n for n in _CANDIDATES if importlib.util.find_spec(n) is not None), None)
+
+
+# Polygraphy reads its switch once, when first imported: point it at our module now, cheaply.
+if _first_installed() == "tensorrt_rtx":
     os.environ.setdefault("POLYGRAPHY_USE_TENSORRT_RTX", "1")
+
+trt: ModuleType
+FEATURES: Features
+
+
+def __getattr__(name: str) -> object:
+    """``trt`` and ``FEATURES`` are imported on first use (PEP 562), so ``import trt_kv``
+    and ``trt-kv --help`` do not pay for TensorRT. Raises TrtKvError without a module."""
+    if name not in ("trt", "FEATURES"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    global trt, FEATURES
+    trt = _import()
+    FEATURES = _features(trt)
+    return globals()[name]
+
 
 _LOGGER = None
 
@@ -86,5 +109,6 @@ def logger() -> object:
     """The process-wide ``trt.Logger`` (warnings and errors only)."""
     global _LOGGER
     if _LOGGER is None:
-        _LOGGER = trt.Logger(trt.Logger.WARNING)
+        mod = __getattr__("trt")
+        _LOGGER = mod.Logger(mod.Logger.WARNING)
     return _LOGGER

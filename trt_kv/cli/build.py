@@ -1,0 +1,29 @@
+"""``trt-kv build``: the doc example and the model engine, then a summary table."""
+
+from __future__ import annotations
+
+import argparse
+
+from trt_kv.cli import common
+
+HELP = "build the doc example and the model engine (ahead of time, on the CPU)"
+EXAMPLE = "trt-kv build --max-seq-len 512 --max-batch 4 --out engines/"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    common.add_model_arguments(p)
+    p.add_argument("--no-model", action="store_true", help="only the doc example")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trt_kv._trt import FEATURES
+    from trt_kv.examples import load_model
+    from trt_kv.jobs import build_doc_example
+
+    rows = [build_doc_example(args.out)]
+    if not args.no_model:
+        name, config, weights = load_model(args.model)
+        rows.append(common.model_engine(args, name, config, weights, args.max_batch))
+    print(f"built with {FEATURES.module} {FEATURES.version} into {args.out}")
+    print(common.engine_table(rows))
+    return 0
