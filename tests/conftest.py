@@ -5,8 +5,12 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from real_model import hf_saved_folder, hf_smollm2, hf_tokenizer, smollm2, smollm2_gguf
 
 from trt_kv.runtime.cuda import gpu_unavailable_reason
+
+# Session fixtures of the real default model, shared by its test modules.
+__all__ = ["hf_saved_folder", "hf_smollm2", "hf_tokenizer", "smollm2", "smollm2_gguf"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -37,8 +37,11 @@ def read_checkpoint(
         return read_gguf(path, dtype)
     if path.is_dir():
         return read_hf_folder(path)
+    what = "a file that is not .gguf" if path.exists() else "missing"
     raise ConfigError(
-        mismatch("--model", "'default', a checkpoint folder or a .gguf file", "", repr(str(spec)))
+        mismatch(
+            "--model", "'default', a checkpoint folder or a .gguf file", "", f"{what} {str(spec)!r}"
+        )
     )
 
 
