@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trt_kv.jobs import build_to_file, model_engine_path
+from trt_kv.jobs import BuildOptions, build_to_file, model_engine_path
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
 from trt_kv.runtime import Session
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     network_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.out_dir or Path(tmp)
-        path = model_engine_path("smollm2-135m-bench", "float16", out_dir)
+        options = BuildOptions(max_seq_len=args.max_seq_len)
+        path = model_engine_path("smollm2-135m-bench", options, out_dir)
         built = build_to_file(net.builder, net.network, net.profiles, path, net.metadata())
         engine_s, nbytes = built.meta.build_seconds, built.meta.nbytes
 

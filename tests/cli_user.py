@@ -25,3 +25,46 @@ def run_cli(*argv: str, check: bool = True, **env: str) -> subprocess.CompletedP
     if check:
         assert out.returncode == 0, out.stderr
     return out
+
+
+def run_in_terminal(*argv: str) -> tuple[int, str]:
+    """``python -m trt_kv ARGV...`` on a pseudo-terminal (stdout and stderr both on it, as a
+    user sees them; the terminal reports no size, as under ``script`` or CI); returns the
+    exit code and everything written, ``\\r`` included."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once, nothing of pytest's runs here
+        os.execve(sys.executable, [sys.executable, "-m", "trt_kv", *argv], user_env())
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+
+
+def write_tiny_model(folder: Path) -> Path:
+    """A two-layer Llama checkpoint folder (config.json + model.safetensors), seeded."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+    from tiny_models import TINY_HF_CONFIG
+
+    from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(TINY_HF_CONFIG))
+    weights = random_weights(LlamaConfig.from_hf(TINY_HF_CONFIG), seed=2, std=0.3)
+    save_file(
+        {k: np.ascontiguousarray(v) for k, v in to_hf_tensors(weights).items()},
+        str(folder / "model.safetensors"),
+    )
+    return folder

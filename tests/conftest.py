@@ -1,22 +1,85 @@
-"""Shared test set-up: GPU and nvcc tests skip with a clear reason where they cannot run."""
+"""Shared test set-up.
+
+Tests marked ``gpu`` run on the real GPU when one is usable, unchanged. Without one (CI, every
+machine here) they run on the emulated GPU: setup, call and teardown of each such test happen
+inside ``trt_kv.emulator.emulated_gpu()``, so module fixtures (engines, device buffers) made
+for one gpu test stay usable by the next. ``@pytest.mark.gpu(tensorrt=False)`` marks a test
+that needs CUDA only (it runs emulated even without a TensorRT runtime stand-in). nvcc tests
+skip with a clear reason without nvcc.
+"""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import nullcontext
 
 import pytest
 from real_model import hf_saved_folder, hf_smollm2, hf_tokenizer, smollm2, smollm2_gguf
 
 from trt_kv.runtime.cuda import gpu_unavailable_reason
 
+REAL_GPU_REASON = gpu_unavailable_reason()  # None: a real GPU is usable
+
+
+def emulated(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on the emulated GPU (a gpu test on a machine without one)."""
+    return "gpu" in item.keywords and REAL_GPU_REASON is not None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if REAL_GPU_REASON is None:
+        return "gpu tests: on the real GPU"
+    return f"gpu tests: on the EMULATED GPU (no real one: {REAL_GPU_REASON})"
+
+
 # Session fixtures of the real default model, shared by its test modules.
 __all__ = ["hf_saved_folder", "hf_smollm2", "hf_tokenizer", "smollm2", "smollm2_gguf"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gpu_reason = gpu_unavailable_reason()
     for item in items:
-        if "gpu" in item.keywords and gpu_reason is not None:
-            item.add_marker(pytest.mark.skip(reason=f"GPU test: {gpu_reason}"))
+        if emulated(item):
+            # @pytest.mark.gpu(tensorrt=False): the test needs CUDA only, not TensorRT's runtime
+            needs = (
+                "tensorrt"
+                if item.get_closest_marker("gpu").kwargs.get("tensorrt", True)
+                else "cuda"
+            )
+            from trt_kv.emulator import provides
+
+            if needs not in provides():
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"GPU test on the emulated GPU: no {needs} stand-in registered "
+                        f"(trt_kv.emulator.register_installer(..., provides={needs!r}))"
+                    )
+                )
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
             item.add_marker(pytest.mark.skip(reason="needs nvcc (CUDA toolkit) on PATH"))
+
+
+def _device(item: pytest.Item) -> object:
+    if not emulated(item):
+        return nullcontext()
+    from trt_kv.emulator import emulated_gpu
+
+    return emulated_gpu()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _device(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _device(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with _device(item):
+        yield

@@ -2,41 +2,16 @@
 
 import json
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
+from cli_user import write_tiny_model
 
 from trt_kv.cli import main
-from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
 from trt_kv.runtime.cuda import gpu_unavailable_reason
-
-TINY_HF_CONFIG = {
-    "model_type": "llama",
-    "vocab_size": 97,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 8,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 64,
-    "hidden_act": "silu",
-}
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    (folder / "config.json").write_text(json.dumps(TINY_HF_CONFIG))
-    weights = random_weights(LlamaConfig.from_hf(TINY_HF_CONFIG), seed=2, std=0.3)
-    save_file(
-        {k: np.ascontiguousarray(v) for k, v in to_hf_tensors(weights).items()},
-        str(folder / "model.safetensors"),
-    )
-    return folder
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def run_json(capsys, *argv):
@@ -70,7 +45,7 @@ def test_build_a_checkpoint_folder(tiny_model, tmp_path, capsys):
         )
         == 0
     )
-    assert f"{tiny_model.name}-float16.engine" in capsys.readouterr().out
+    assert f"{tiny_model.name}-float16-s32-b2-t8.engine" in capsys.readouterr().out
 
 
 def test_generate_json_lists_generated_ids_per_prompt(tiny_model, capsys):

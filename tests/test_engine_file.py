@@ -59,7 +59,9 @@ def test_sidecar_records_model_caches_profiles_and_config(llama_engine):
         "present_value.1",
     }
     assert meta.aliases[0].shape == (-1, 2, 32, 8) and meta.aliases[0].dtype == "float16"
-    assert meta.profiles[0].shapes["input_ids"] == ((1, 1), (2, 1), (2, 8))
+    decode, prefill = meta.profiles
+    assert (decode.name, decode.shapes["input_ids"]) == ("decode", ((1, 1), (2, 1), (2, 1)))
+    assert (prefill.name, prefill.shapes["input_ids"]) == ("prefill", ((1, 1), (2, 8), (2, 8)))
     assert LlamaConfig.from_json(meta.metadata["config"]) == TINY
     assert {t.name for t in meta.outputs} >= {"logits", "present_key.0"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -188,6 +189,20 @@ def test_activation_follows_documented_formula(kind, alpha, beta, expected):
     layer.alpha, layer.beta = alpha, beta
     net.mark(layer.get_output(0))
     np.testing.assert_allclose(net.run({"x": Z})["out"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sigmoid_saturates_to_its_limits_without_warnings():
+    x = np.array([-1e4, -100, -88, -20, 0, 20, 100, 1e4], np.float32)
+    with np.errstate(over="ignore"):  # exp(1e4) is inf in float64 too: the limit 0
+        expected = 1 / (1 + np.exp(-x.astype(np.float64)))
+    net = Net()
+    net.mark(
+        net.network.add_activation(net.input("x", "float32", x.shape), A.SIGMOID).get_output(0)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = net.run({"x": x})["out"]
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-38)  # 0 where it is subnormal
 
 
 def test_select_picks_then_where_condition_true():

@@ -116,7 +116,6 @@ def test_all_logits_network_gives_the_reference_logits_of_every_position():
         "input_ids": ids,
         "position_ids": positions,
         "write_indices": write_indices,
-        "key_value_lengths": lengths,
     }
     for i in range(SMALL.num_hidden_layers):
         feed[f"past_key.{i}"] = np.zeros(cache_shape, np.float32)
@@ -146,7 +145,6 @@ def test_network_inputs_are_named_with_their_shapes_and_dtypes(f32_network):
         "input_ids": ((-1, -1), "int32"),
         "position_ids": ((-1, -1), "int64"),
         "write_indices": ((-1,), "int32"),
-        "key_value_lengths": ((-1,), "int32"),
         "last_token_rows": ((-1,), "int32"),
         "past_key.0": CACHE,
         "past_value.0": CACHE,

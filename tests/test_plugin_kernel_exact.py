@@ -6,7 +6,8 @@ Two executors run the same cases through the same launch plans (``plan_launch``)
   runs on the CPU, so the index arithmetic, bounds skipping and packed-sequence search are
   checked in CI.
 - ``gpu``: the real kernels, NVRTC-compiled and launched through cuda-python
-  (``trt_kv.plugin.launch``); skipped without a CUDA device.
+  (``trt_kv.plugin.launch``); without a CUDA device, on the emulated GPU, whose driver loads
+  the NVRTC image and runs the host build of the same source for each launch.
 Last, on a GPU with a TensorRT that has both ``add_plugin_v3`` and IKVCacheUpdateLayer: an engine
 with the plugin = an engine with the native layer = the reference.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 import zlib
 
 import numpy as np
@@ -29,8 +29,6 @@ from trt_kv.plugin.kernels import PREFIX, plan_launch
 from trt_kv.reference import kv_cache_update
 
 CXX = shutil.which("g++") or shutil.which("c++")
-HOST_FLAGS = [CXX, "-x", "c++", "-std=c++11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC"]
-HOST_FLAGS.append("-DTRT_KV_HOST_EMULATION")
 CACHE_DTYPES = ("float32", "float16", "bfloat16")
 INDEX_DTYPES = ("int32", "int64")
 FORMS = [("padded", None)] + [("packed", li) for li in INDEX_DTYPES]
@@ -109,16 +107,12 @@ class GpuExecutor:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
+def host():
     if CXX is None:
         pytest.skip("no host C++ compiler (g++ or c++) on PATH")
-    lib = tmp_path_factory.mktemp("host") / "kv_cache_update_host.so"
-    subprocess.run(
-        [*HOST_FLAGS, str(kernels.source_path()), "-o", str(lib)],
-        check=True,
-        capture_output=True,
-    )
-    return HostExecutor(ctypes.CDLL(str(lib)))
+    from trt_kv.emulator.cuda_driver import host_library  # the emulated driver runs it too
+
+    return HostExecutor(host_library())
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +124,7 @@ def gpu():
     return GpuExecutor()
 
 
-@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu(tensorrt=False))])
 def run(request):
     return request.getfixturevalue(request.param)
 

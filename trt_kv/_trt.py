@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from types import ModuleType
 from typing import NamedTuple
 
@@ -30,6 +31,8 @@ class Features(NamedTuple):
     kv_cache_update_layer: bool
     packed_update_form: bool
     attention_v2: bool
+    attention: bool  # add_attention (TensorRT >= 10.14): causal flag and mask, no lengths
+    attention_kv_lengths: bool  # IAttention.key_value_lengths (TensorRT 11, TensorRT-RTX)
     rotary_embedding: bool
     aliased_tensor_query: bool
     python_plugins: bool
@@ -68,6 +71,8 @@ def _features(mod: ModuleType) -> Features:
         kv_cache_update_layer=hasattr(net_cls, "add_kv_cache_update"),
         packed_update_form=kv_layer is not None and hasattr(kv_layer, "update_form"),
         attention_v2=hasattr(net_cls, "add_attention_v2"),
+        attention=hasattr(net_cls, "add_attention"),
+        attention_kv_lengths=hasattr(getattr(mod, "IAttention", None), "key_value_lengths"),
         rotary_embedding=hasattr(net_cls, "add_rotary_embedding"),
         aliased_tensor_query=hasattr(mod.ICudaEngine, "get_aliased_input_tensor"),
         python_plugins=hasattr(net_cls, "add_plugin_v3"),
@@ -83,9 +88,24 @@ def _first_installed() -> str | None:
     return next((n for n in _CANDIDATES if importlib.util.find_spec(n) is not None), None)
 
 
-# Polygraphy reads its switch once, when first imported: point it at our module now, cheaply.
-if _first_installed() == "tensorrt_rtx":
-    os.environ.setdefault("POLYGRAPHY_USE_TENSORRT_RTX", "1")
+POLYGRAPHY_SWITCH = "POLYGRAPHY_USE_TENSORRT_RTX"
+
+
+def _point_polygraphy(module: str) -> None:
+    """Set Polygraphy's TensorRT switch to ``module``, in both directions (a user's stale
+    ``POLYGRAPHY_USE_TENSORRT_RTX=1`` next to full TensorRT would make ``TrtRunner`` load the
+    wrong module); a Polygraphy imported already is switched too."""
+    rtx = module == "tensorrt_rtx"
+    os.environ[POLYGRAPHY_SWITCH] = "1" if rtx else "0"
+    config = sys.modules.get("polygraphy.config")
+    if config is not None:
+        config.USE_TENSORRT_RTX = rtx
+
+
+# Polygraphy reads its switch once, when first imported: point it at our module now, cheaply
+# (and again at the module really imported, on first use).
+if _first_installed() in _CANDIDATES:
+    _point_polygraphy(_first_installed())
 
 trt: ModuleType
 FEATURES: Features
@@ -99,6 +119,7 @@ def __getattr__(name: str) -> object:
     global trt, FEATURES
     trt = _import()
     FEATURES = _features(trt)
+    _point_polygraphy(trt.__name__)
     return globals()[name]
 
 

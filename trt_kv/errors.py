@@ -14,6 +14,11 @@ class NetworkError(TrtKvError, ValueError):
     """The network is not fit for the operation (not strongly typed, cache not an input...)."""
 
 
+class RouteError(NetworkError):
+    """No route of a network part (attention, RoPE, cache update) fits the installed TensorRT,
+    or the requested one is missing; the message gives each route's reason."""
+
+
 class ShapeError(TrtKvError, ValueError):
     """A tensor has the wrong rank or dimension."""
 

@@ -1,22 +1,97 @@
-"""Build jobs: network -> engine bytes -> engine file with sidecar, as one call each."""
+"""Build jobs: network -> engine bytes -> engine file with sidecar, as one call each.
+
+A model engine's file name and sidecar key come from :class:`BuildOptions`, every option
+that changes the built engine, so engines of other shapes never overwrite each other and a
+cached engine is reused only when every option matches. A new build option is a new field
+of :class:`BuildOptions` (and a keyword of ``build_llama_network`` of the same name): it
+joins the file name, the sidecar key and the build call without further edits.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from trt_kv.builder import Profile, build_engine
-from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, save_engine
+from trt_kv.builder import Profile, Routes, build_engine
+from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, load_engine_file, save_engine
+from trt_kv.errors import EngineFileError
 from trt_kv.examples import doc_example_network
 from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
+
+OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
+BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
+
+
+def _tag(tag: str, always: bool = True) -> dict:
+    """Field metadata: the file-name ``tag`` and whether it shows at its default value."""
+    return {"tag": tag, "always": always}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Every option of a model engine build (keywords of ``build_llama_network``).
+
+    File-name parts: ``float16-s256-b8-t64`` always; other fields only off their default,
+    as ``name_value`` (``name`` for True).
+    """
+
+    dtype: str = field(default="float16", metadata=_tag(""))
+    max_seq_len: int = field(default=512, metadata=_tag("s"))
+    max_batch: int = field(default=8, metadata=_tag("b"))
+    max_step_tokens: int = field(default=128, metadata=_tag("t"))
+    all_logits: bool = False
+    # the route of each network part ("auto": the best available)
+    routes: Routes = field(default_factory=Routes)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
+            object.__setattr__(self, "routes", Routes.from_json(self.routes))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def network_options(self) -> dict:
+        """The keywords of ``build_llama_network``."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def key(self) -> str:
+        """The file-name part naming these options, e.g. ``"float16-s256-b8-t64"``."""
+        parts = []
+        for f in dataclasses.fields(self):
+            value, meta = getattr(self, f.name), f.metadata or _tag(f.name, always=False)
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            if value == default and not meta["always"]:
+                continue
+            if value is True:
+                parts.append(meta["tag"])
+            elif hasattr(value, "key"):  # a structured option that names itself (Routes)
+                parts.append(value.key())
+            elif isinstance(value, (bool, int, float, str)):
+                parts.append(meta["tag"] + ("_" if meta["tag"] and isinstance(value, str) else ""))
+                parts[-1] += re.sub(r"[^A-Za-z0-9.]+", "_", str(value))
+            else:  # anything structured: a short digest of its JSON
+                text = json.dumps(value, sort_keys=True, default=str)
+                parts.append(f"{meta['tag']}_{hashlib.sha256(text.encode()).hexdigest()[:8]}")
+        return "-".join(parts)
 
 
 @dataclass(frozen=True)
 class BuiltFile:
-    """One engine on disk and its sidecar content."""
+    """One engine on disk and its sidecar content; ``reused`` when found, not built."""
 
     path: Path
     meta: EngineMeta
+    reused: bool = False
+
+    @property
+    def built_at(self) -> str | None:
+        """When the engine was built (UTC, ISO 8601), if its sidecar says."""
+        return self.meta.metadata.get(BUILT_AT_KEY)
 
 
 def build_to_file(
@@ -26,9 +101,10 @@ def build_to_file(
     path: Path,
     metadata: dict | None = None,
 ) -> BuiltFile:
-    """Compile ``network`` and write ``path`` plus its sidecar."""
+    """Compile ``network`` and write ``path`` plus its sidecar (with the build time)."""
     built = build_engine(builder, network, profiles)
-    meta = describe(network, built, profiles, metadata)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta = describe(network, built, profiles, {**(metadata or {}), BUILT_AT_KEY: stamp})
     return BuiltFile(save_engine(path, built, meta), meta)
 
 
@@ -44,8 +120,27 @@ def build_doc_example(out_dir: Path = ENGINES_DIR) -> BuiltFile:
     )
 
 
-def model_engine_path(name: str, dtype: str, out_dir: Path = ENGINES_DIR) -> Path:
-    return out_dir / f"{name}-{dtype}.engine"
+def model_engine_path(name: str, options: BuildOptions, out_dir: Path = ENGINES_DIR) -> Path:
+    """``out_dir / "<name>-<options.key()>.engine"``."""
+    return out_dir / f"{name}-{options.key()}.engine"
+
+
+def find_llama_engine(
+    name: str, config: LlamaConfig, options: BuildOptions, out_dir: Path = ENGINES_DIR
+) -> BuiltFile | None:
+    """The engine in ``out_dir`` built for this model config and exactly these options,
+    readable by the running TensorRT with an intact checksum; None otherwise."""
+    path = model_engine_path(name, options, out_dir)
+    if not path.is_file():
+        return None
+    try:
+        _, meta = load_engine_file(path)
+    except EngineFileError:
+        return None  # stale, tampered with, or from another TensorRT: rebuild
+    md = meta.metadata
+    if md.get(OPTIONS_KEY) != options.to_json() or md.get("config") != config.to_json():
+        return None
+    return BuiltFile(path, meta, reused=True)
 
 
 def build_llama_engine(
@@ -54,24 +149,20 @@ def build_llama_engine(
     weights: LlamaWeights,
     *,
     out_dir: Path = ENGINES_DIR,
-    dtype: str = "float16",
-    max_seq_len: int = 512,
-    max_batch: int = 8,
-    max_step_tokens: int = 128,
+    **options: object,
 ) -> BuiltFile:
-    """A Llama engine for prefill and decode, with the config in the sidecar metadata."""
-    net = build_llama_network(
-        config,
-        weights,
-        max_seq_len=max_seq_len,
-        max_batch=max_batch,
-        max_step_tokens=max_step_tokens,
-        dtype=dtype,
-    )
+    """A Llama engine for prefill and decode, written to ``out_dir`` under a name that
+    covers every build option; the sidecar metadata holds the config and the options.
+
+    ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
+    ``max_batch``, ``max_step_tokens``, ...). Raises TypeError for an unknown one.
+    """
+    opts = BuildOptions(**options)
+    net = build_llama_network(config, weights, **opts.network_options())
     return build_to_file(
         net.builder,
         net.network,
         net.profiles,
-        model_engine_path(name, dtype, out_dir),
-        net.metadata(),
+        model_engine_path(name, opts, out_dir),
+        {**net.metadata(), OPTIONS_KEY: opts.to_json()},
     )

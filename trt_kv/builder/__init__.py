@@ -10,6 +10,7 @@ from trt_kv.builder.kv_cache import (
     validate_cache_update,
 )
 from trt_kv.builder.model_caches import ModelCaches, add_model_caches, cache_names
+from trt_kv.builder.routes import Routes, resolve_routes
 
 __all__ = [
     "BuiltEngine",
@@ -17,6 +18,7 @@ __all__ = [
     "CacheUpdate",
     "ModelCaches",
     "Profile",
+    "Routes",
     "add_cache_input",
     "add_kv_cache_update",
     "add_model_caches",
@@ -24,5 +26,6 @@ __all__ = [
     "cache_aliases",
     "cache_names",
     "create_network",
+    "resolve_routes",
     "validate_cache_update",
 ]

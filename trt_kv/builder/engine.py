@@ -9,6 +9,7 @@ from trt_kv._trt import logger as _logger
 from trt_kv._trt import trt
 from trt_kv.builder.kv_cache import cache_update_layers
 from trt_kv.errors import NetworkError, ShapeError, mismatch
+from trt_kv.progress import build_monitor
 
 Shape = tuple[int, ...]
 
@@ -103,9 +104,14 @@ def build_engine(
         config.add_optimization_profile(p)
     if optimization_level is not None:
         config.builder_optimization_level = optimization_level
+    monitor = build_monitor()  # a progress bar over the builder's phases (None: bars off)
+    if monitor is not None:
+        config.progress_monitor = monitor
     start = time.perf_counter()
     data = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
+    if monitor is not None:
+        monitor.bar.close()
     if data is None:
         raise NetworkError(
             mismatch(

@@ -70,11 +70,13 @@ def read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
     """
     from safetensors import SafetensorError, safe_open
 
+    from trt_kv.progress import track
+
     tensors: dict[str, np.ndarray] = {}
     for path in files:
         try:
             with safe_open(str(path), framework="numpy") as f:
-                for key in f.keys():  # noqa: SIM118 (safe_open is no mapping)
+                for key in track(list(f.keys()), f"load {path.name}", unit="tensor"):
                     if key in tensors:
                         raise ConfigError(
                             mismatch(key, "in one file only", "", f"again in {path.name}")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from trt_kv.errors import TrtKvError
 
-SUBCOMMANDS = ("build", "generate", "demo")
+SUBCOMMANDS = ("build", "generate", "demo", "inspect", "bench")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``trt-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (2 and
     one ``trt-kv: error: ...`` line on stderr for a :class:`TrtKvError`)."""
     args = make_parser().parse_args(argv)
+    from trt_kv import progress
+
+    progress.set_enabled(False if args.quiet else None)
     try:
         return args.func(args)
     except TrtKvError as e:

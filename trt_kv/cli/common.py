@@ -9,30 +9,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trt_kv.jobs import BuiltFile
+    from trt_kv.jobs import BuildOptions, BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
 # trt_kv.engine_file.ENGINES_DIR, without importing NumPy and TensorRT to print --help.
 ENGINES_DIR = Path(__file__).resolve().parent.parent.parent / "engines"
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``."""
-    p.add_argument(
-        "--model",
-        default="default",
-        help="'default' (SmolLM2-135M-Instruct), a Hugging Face folder or a .gguf file",
-    )
-    p.add_argument("--dtype", default="float16", choices=DTYPES, help="weights and activations")
-    p.add_argument("--max-seq-len", type=int, default=256, help="S_max of every cache")
-    p.add_argument("--max-batch", type=int, default=8, help="most sequences per step")
-    p.add_argument(
-        "--max-step-tokens",
-        type=int,
-        default=None,
-        help="longest prompt per step (None: min(64, max-seq-len))",
-    )
-    p.add_argument("--out", type=Path, default=ENGINES_DIR, help="engine folder")
+def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
+    """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``; ``helps``
+    replaces the help of some (by dest) for a subcommand that reads them its own way."""
+    text = {
+        "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder or a .gguf file",
+        "dtype": "weights and activations",
+        "max_seq_len": "S_max of every cache",
+        "max_batch": "most sequences per step",
+        "max_step_tokens": "longest prompt per step (None: min(64, max-seq-len))",
+        "out": "engine folder",
+        **(helps or {}),
+    }
+    p.add_argument("--model", default="default", help=text["model"])
+    p.add_argument("--dtype", default="float16", choices=DTYPES, help=text["dtype"])
+    p.add_argument("--max-seq-len", type=int, default=256, help=text["max_seq_len"])
+    p.add_argument("--max-batch", type=int, default=8, help=text["max_batch"])
+    p.add_argument("--max-step-tokens", type=int, default=None, help=text["max_step_tokens"])
+    p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:
@@ -42,30 +43,45 @@ def max_step_tokens(args: argparse.Namespace) -> int:
     return args.max_step_tokens
 
 
+def build_options(args: argparse.Namespace, batch: int = 0) -> BuildOptions:
+    """:class:`~trt_kv.jobs.BuildOptions` from the parsed arguments: every field whose
+    option the subcommand has (``--max-seq-len`` -> ``max_seq_len``...), so an option added
+    to both joins the engine key by itself; ``max_batch`` at least ``batch``."""
+    import dataclasses
+
+    from trt_kv.jobs import BuildOptions
+
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(BuildOptions)
+        if getattr(args, f.name, None) is not None
+    }
+    given["max_step_tokens"] = max_step_tokens(args)
+    given["max_batch"] = max(batch, args.max_batch)
+    return BuildOptions(**given)
+
+
 def model_engine(
     args: argparse.Namespace, name: str, config: object, weights: object, batch: int
 ) -> BuiltFile:
-    """The model engine for these arguments: reused from ``args.out`` when its sidecar was
-    built for the same shapes, else (re)built."""
-    from trt_kv.engine_file import load_engine_file
-    from trt_kv.errors import EngineFileError
-    from trt_kv.jobs import BuiltFile, build_llama_engine, model_engine_path
+    """The model engine for these arguments: reused from ``args.out`` when one was built
+    with the same config and every build option (except by ``trt-kv build``), else built."""
+    from trt_kv.jobs import build_llama_engine, find_llama_engine
 
-    want = {
-        "max_seq_len": args.max_seq_len,
-        "max_batch": max(batch, args.max_batch),
-        "max_step_tokens": max_step_tokens(args),
-        "dtype": args.dtype,
-    }
-    path = model_engine_path(name, args.dtype, args.out)
-    if path.is_file() and args.command != "build":
-        try:
-            _, meta = load_engine_file(path)
-            if all(meta.metadata.get(k) == v for k, v in want.items()):
-                return BuiltFile(path, meta)
-        except EngineFileError:
-            pass  # stale or tampered: rebuild
-    return build_llama_engine(name, config, weights, out_dir=args.out, **want)
+    options = build_options(args, batch)
+    if args.command != "build":
+        found = find_llama_engine(name, config, options, args.out)
+        if found is not None:
+            return found
+    return build_llama_engine(name, config, weights, out_dir=args.out, **options.to_json())
+
+
+def engine_status(r: BuiltFile) -> str:
+    """``"built now"`` or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    if not r.reused:
+        return "built now"
+    when = r.built_at or "at an unrecorded time"
+    return f"reused (built {when} in {r.meta.build_seconds:.2f} s)"
 
 
 def _caches(r: BuiltFile) -> str:
@@ -79,8 +95,8 @@ def _caches(r: BuiltFile) -> str:
 
 
 def engine_table(rows: list[BuiltFile]) -> str:
-    """One line per engine: file, bytes, caches, alias pairs, build seconds."""
-    head = ("engine", "bytes", "caches", "alias pairs", "build s")
+    """One line per engine: file, bytes, caches, alias pairs, build seconds, built/reused."""
+    head = ("engine", "bytes", "caches", "alias pairs", "build s", "status")
     body = [
         (
             r.path.name,
@@ -88,6 +104,7 @@ def engine_table(rows: list[BuiltFile]) -> str:
             _caches(r),
             str(len(r.meta.aliases)),
             f"{r.meta.build_seconds:.2f}",
+            engine_status(r),
         )
         for r in rows
     ]
@@ -97,5 +114,5 @@ def engine_table(rows: list[BuiltFile]) -> str:
 def table(head: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, a dashed rule under the header."""
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])

@@ -119,7 +119,11 @@ def make_backend(
         )
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")
-    path = args.engine or common.model_engine(args, name, config, weights, batch).path
+    path = args.engine
+    if path is None:
+        built = common.model_engine(args, name, config, weights, batch)
+        print(f"engine {built.path}: {common.engine_status(built)}", file=sys.stderr)
+        path = built.path
     if args.backend == "polygraphy":
         from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -41,8 +41,9 @@ class _Input:
 class _Step:
     layer: str
     kernel: Kernel
-    inputs: tuple[tuple[str | None, bool], ...]  # (tensor name, cast to the compute dtype)
+    inputs: tuple[tuple[str | None, bool], ...]  # (tensor name, may need a cast to compute)
     outputs: tuple[tuple[str, Callable[[np.ndarray], np.ndarray]], ...]
+    free: tuple[str, ...] = ()  # tensors no later step reads: dropped once this step ran
 
 
 def _declared(tensor: object, layer: str, kind: str) -> np.dtype:
@@ -109,10 +110,13 @@ def _schedule(network: object, outputs: list[str]) -> list[int]:
 class Plan:
     """A network compiled for repeated NumPy execution. Build with :func:`compile_network`."""
 
-    def __init__(self, network: object, precision: Precision = "float32") -> None:
+    def __init__(
+        self, network: object, precision: Precision = "float32", fast: bool = True
+    ) -> None:
         if precision not in _PRECISIONS:
             raise ValueError(mismatch("precision", "one of", tuple(_PRECISIONS), precision))
         self.precision = precision
+        self.fast = fast
         compute = _PRECISIONS[precision]
         self._inputs = [
             _Input(t.name, tuple(t.shape), _declared(t, t.name, "network input"))
@@ -121,14 +125,30 @@ class Plan:
         outs = [network.get_output(i) for i in range(network.num_outputs)]
         self._outputs = [(t.name, _declared(t, t.name, "network output")) for t in outs]
         self._aliased: set[str] = set()
-        self._steps = [
+        # Tensors that may hold floats other than the compute dtype: the caller's arrays and
+        # arrays passed through as they are. Every other float is in the compute dtype.
+        self._as_stored = set(self.input_names)
+        steps = [
             self._compile(network.get_layer(i), compute)
             for i in _schedule(network, [name for name, _ in self._outputs])
+        ]
+        if fast:
+            steps = _relayout_transposed_constants(steps)
+        self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
+        self._program = [
+            (
+                step.kernel.fn,
+                tuple(name for name, _ in step.inputs),
+                tuple(j for j, (_, cast) in enumerate(step.inputs) if cast),
+                step.outputs,
+                step.free,
+            )
+            for step in self._steps
         ]
 
     def _compile(self, layer: object, compute: np.dtype) -> _Step:
         kind = type_name(layer)
-        kernel = compile_layer(layer, compute)
+        kernel = compile_layer(layer, compute, self.fast)
         inputs = []
         for j in range(layer.num_inputs):
             t = layer.get_input(j)
@@ -136,14 +156,16 @@ class Plan:
                 inputs.append((None, False))
             else:
                 cast = is_float(_declared(t, layer.name, kind)) and j not in kernel.raw_inputs
-                inputs.append((t.name, cast))
+                inputs.append((t.name, cast and t.name in self._as_stored))
         outputs = []
         for j in range(layer.num_outputs):
             t = layer.get_output(j)
             if j in kernel.aliases:
                 self._aliased.add(t.name)
+                self._as_stored.add(t.name)
                 outputs.append((t.name, _identity))
             elif kernel.rounded:
+                self._as_stored.add(t.name)
                 outputs.append((t.name, _identity))
             else:
                 outputs.append((t.name, _finisher(_declared(t, layer.name, kind), compute)))
@@ -193,18 +215,20 @@ class Plan:
         self._check_feed(feed)
         values: dict[str, np.ndarray] = dict(feed)
         compute = _PRECISIONS[self.precision]
-        for step in self._steps:
-            args = []
-            for name, cast in step.inputs:
-                a = None if name is None else values[name]
-                if cast and a.dtype != compute:
-                    a = a.astype(compute)
-                args.append(a)
-            result = step.kernel.fn(args)
+        for fn, names, casts, outputs, free in self._program:
+            args = [None if name is None else values[name] for name in names]
+            for j in casts:
+                if args[j].dtype != compute:
+                    args[j] = args[j].astype(compute)
+            result = fn(args)
+            del args
             if not isinstance(result, tuple):
                 result = (result,)
-            for (name, finish), value in zip(step.outputs, result):
+            for (name, finish), value in zip(outputs, result):
                 values[name] = finish(value)
+            del result, value
+            for name in free:  # peak memory: the live tensors only, not every one
+                del values[name]
         return {
             name: values[name] if name in self._aliased else np.array(values[name], dtype=dt)
             for name, dt in self._outputs
@@ -217,23 +241,79 @@ def _identity(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def compile_network(network: object, *, precision: Precision = "float32") -> Plan:
+def _with_frees(steps: list[_Step], kept: set[str]) -> list[_Step]:
+    """Each step with the tensors to drop after it: those it produces or reads for the last
+    time, except network inputs (the caller's arrays) and outputs (aliased caches included)."""
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        for name, _ in step.outputs:
+            last[name] = i  # produced and never read: dropped at once
+        for name, _ in step.inputs:
+            if name is not None:
+                last[name] = i
+    free: list[list[str]] = [[] for _ in steps]
+    for name, i in last.items():
+        if name not in kept:
+            free[i].append(name)
+    return [replace(step, free=tuple(f)) for step, f in zip(steps, free)]
+
+
+def _relayout_transposed_constants(steps: list[_Step]) -> list[_Step]:
+    """Store each constant that every reader reads transposed (``Kernel.transposed_inputs``)
+    with its last two axes transposed in memory: the same values, one copy, and the
+    transpose the kernels take is C-contiguous (BLAS's fast non-transposed path). A constant
+    also read as is (an embedding table gathered and tied to the head) keeps its layout."""
+    constants = {
+        step.outputs[0][0]: i
+        for i, step in enumerate(steps)
+        if step.kernel.rounded and not step.inputs and len(step.outputs) == 1
+    }
+    transposed: set[str] = set()
+    plain: set[str] = set()
+    for step in steps:
+        for j, (name, _) in enumerate(step.inputs):
+            (transposed if j in step.kernel.transposed_inputs else plain).add(name)
+    steps = list(steps)
+    for name in (transposed - plain) & set(constants):
+        i = constants[name]
+        value = steps[i].kernel.fn(())
+        if value.ndim < 2 or np.swapaxes(value, -1, -2).flags.c_contiguous:
+            continue
+        stored = np.swapaxes(np.ascontiguousarray(np.swapaxes(value, -1, -2)), -1, -2)
+        stored.flags.writeable = False
+        kernel = replace(steps[i].kernel, fn=lambda x, v=stored: v)
+        steps[i] = replace(steps[i], kernel=kernel)
+    return steps
+
+
+def compile_network(
+    network: object, *, precision: Precision = "float32", fast: bool = True
+) -> Plan:
     """Compile ``network`` (an ``INetworkDefinition``) for :meth:`Plan.run`.
 
     Constant weights are read (and converted to the compute dtype) here, once: the arrays
     behind the network's ``trt.Weights`` must still be alive, since TensorRT does not copy
     them. The plan keeps no reference to the network afterwards.
 
+    ``fast=False`` runs the plain kernels: attention over the whole cache window, one matrix
+    product per batch entry, constants in their declared layout. The default fast paths give
+    the same results within the compute dtype's rounding (the tests run both on the same
+    networks); every layer of the network runs either way.
+
     Raises:
         UnsupportedLayerError: a layer (type or setting) the interpreter does not execute;
             the message names the layer and its type.
     """
-    return Plan(network, precision)
+    return Plan(network, precision, fast)
 
 
 def execute(
-    network: object, feed: Mapping[str, np.ndarray], *, precision: Precision = "float32"
+    network: object,
+    feed: Mapping[str, np.ndarray],
+    *,
+    precision: Precision = "float32",
+    fast: bool = True,
 ) -> dict[str, np.ndarray]:
     """Compile and run ``network`` once; see :meth:`Plan.run`. Use :func:`compile_network`
     for repeated runs (decode loops)."""
-    return compile_network(network, precision=precision).run(feed)
+    return compile_network(network, precision=precision, fast=fast).run(feed)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.interpreter.registry import Array, Context, Inputs, axes_of, handles, rank_of
+from trt_kv.interpreter.registry import (
+    Array,
+    Context,
+    Inputs,
+    Kernel,
+    axes_of,
+    handles,
+    rank_of,
+)
 
 _M = trt.MatrixOperation
 _R = trt.ReduceOperation
@@ -15,11 +23,19 @@ def _operand(a: Array, op: object) -> Array:
     return np.swapaxes(a, -1, -2) if op == _M.TRANSPOSE else a
 
 
+def _shared_matrix(a: Array, b: Array) -> Array:
+    """``a [..., M, K] @ b [1, .., 1, K, N]`` as one ``[(..) M, K] @ [K, N]`` product (NumPy
+    would run one small product per leading index, re-reading ``b`` each time)."""
+    rows = a.reshape(-1, a.shape[-1]) @ b.reshape(b.shape[-2:])
+    return rows.reshape(*a.shape[:-1], b.shape[-1])
+
+
 @handles(trt.LayerType.MATRIX_MULTIPLY, trt.IMatrixMultiplyLayer)
-def matrix_multiply(layer: object, ctx: Context) -> object:
+def matrix_multiply(layer: object, ctx: Context) -> Kernel:
     """``op0(A) @ op1(B)`` over the last two axes, leading axes broadcast. VECTOR treats the
     last axis as a vector: matrix x vector -> vector, vector x vector -> scalar."""
     op0, op1 = layer.op0, layer.op1
+    fast = ctx.fast
 
     def run(x: Inputs) -> Array:
         a, b = _operand(x[0], op0), _operand(x[1], op1)
@@ -30,9 +46,12 @@ def matrix_multiply(layer: object, ctx: Context) -> object:
             return np.matmul(a, b[..., None])[..., 0]
         if vec_a:
             return np.matmul(a[..., None, :], b)[..., 0, :]
+        if fast and a.ndim == b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
+            return _shared_matrix(a, b)
         return np.matmul(a, b)
 
-    return run
+    transposed = {j for j, op in enumerate((op0, op1)) if op == _M.TRANSPOSE}
+    return Kernel(run, transposed_inputs=frozenset(transposed))
 
 
 _REDUCE = {

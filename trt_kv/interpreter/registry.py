@@ -32,13 +32,17 @@ class Kernel:
     cache update: the caller's own array). ``aliases`` maps an output index to the input index
     whose array it returns unchanged, which the executor then hands back to the caller as is.
     ``rounded`` says the outputs already hold values of their declared dtype (constants), so
-    the executor skips rounding them on every run.
+    the executor skips rounding them on every run. ``transposed_inputs`` lists inputs the
+    kernel reads transposed in their last two axes (a matrix multiply's TRANSPOSE operand):
+    a fast plan stores a constant feeding one so that its transpose is C-contiguous (same
+    values, a layout BLAS reads without striding).
     """
 
     fn: KernelFn
     raw_inputs: frozenset[int] = field(default_factory=frozenset)
     aliases: dict[int, int] = field(default_factory=dict)
     rounded: bool = False
+    transposed_inputs: frozenset[int] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Context:
     compute: np.dtype  # float32 or float64: the dtype floats are computed in
     layer_name: str
     layer_type: str
+    fast: bool = True  # False: the plain kernels, the yardstick of the fast paths
 
     def unsupported(self, setting: str) -> UnsupportedLayerError:
         """The error for a layer setting the interpreter does not execute."""
@@ -86,14 +91,15 @@ def type_name(layer: object) -> str:
     return str(layer.type).rsplit(".", 1)[-1]
 
 
-def compile_layer(layer: object, compute: np.dtype) -> Kernel:
-    """Downcast ``layer``, run its handler and return its kernel.
+def compile_layer(layer: object, compute: np.dtype, fast: bool = True) -> Kernel:
+    """Downcast ``layer``, run its handler and return its kernel (``fast``: see
+    :class:`Context`).
 
     Raises:
         UnsupportedLayerError: no handler for the layer type, or a setting the handler refuses.
         NetworkError: TensorRT itself cannot infer the layer's output (an invalid network).
     """
-    ctx = Context(np.dtype(compute), layer.name, type_name(layer))
+    ctx = Context(np.dtype(compute), layer.name, type_name(layer), fast)
     entry = _HANDLERS.get(layer.type)
     if entry is None:
         raise UnsupportedLayerError(

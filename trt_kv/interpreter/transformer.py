@@ -88,7 +88,7 @@ def _unpack(x: Array, cumulative: Array) -> list[Array]:
 
 
 @handles(trt.LayerType.ATTENTION_INPUT, trt.IAttentionBoundaryLayer)
-def attention_input(layer: object, ctx: Context) -> object:
+def attention_input(layer: object, ctx: Context) -> Kernel:
     """Attention v2 (computed here; ATTENTION_OUTPUT passes the result on).
 
     Inputs: 0 query ``[B, Nq, Sq, H]``, 1 key, 2 value ``[B, Nkv, Skv, H]`` (Nq a multiple of
@@ -98,6 +98,12 @@ def attention_input(layer: object, ctx: Context) -> object:
     Q (or K) pre-scaled (docs: transformers fused-attention guide), open question (a).
     LOWER_RIGHT with key_value_lengths anchors the diagonal at each sequence's valid length
     L_b, as :func:`trt_kv.reference.ops.causal_keep` does, open question (b).
+
+    Fast path (``ctx.fast``): K/V arrive uncast and only the keys below the largest
+    key_value_length are read (and cast to the compute dtype): keys past every sequence's
+    length are never seen, so a decode step costs the context, not S_max. Keys between a
+    sequence's own length and that bound are dropped by the lengths as before, whatever
+    they hold (NaN in unwritten rows included).
     """
     att = layer.attention
     if att.norm_op != trt.AttentionNormalizationOp.SOFTMAX:
@@ -109,13 +115,20 @@ def attention_input(layer: object, ctx: Context) -> object:
     if (q_packed or kv_packed) and input_or_none(layer, 3) is not None:
         raise ctx.unsupported("a mask with PACKED_NHD query or key/value form")
 
+    compute = ctx.compute
+
     def attend(q: Array, k: Array, v: Array, **kw: object) -> Array:
+        k, v = k.astype(compute, copy=False), v.astype(compute, copy=False)
         return ops.attention(q, k, v, causal=causal, scale=1.0, **kw)
 
     def run(x: Inputs) -> Array:
         q, k, v = x[0], x[1], x[2]
         mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
         if not (q_packed or kv_packed):
+            if ctx.fast and kv_len is not None and len(kv_len):
+                n = min(k.shape[2], max(1, int(kv_len.max())))
+                k, v = k[:, :, :n], v[:, :, :n]
+                mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
             return attend(q, k, v, mask=mask, kv_lengths=kv_len)
         batch = len(kv_len) - 1 if kv_packed else k.shape[0]
         qs = _unpack(q, q_len) if q_packed else [q[b : b + 1] for b in range(batch)]
@@ -132,7 +145,7 @@ def attention_input(layer: object, ctx: Context) -> object:
             return np.concatenate([o[0].transpose(1, 0, 2) for o in outs], axis=0)
         return np.concatenate(outs, axis=0)
 
-    return run
+    return Kernel(run, raw_inputs=frozenset({1, 2}) if ctx.fast else frozenset())
 
 
 @handles(trt.LayerType.ATTENTION_OUTPUT, trt.IAttentionBoundaryLayer)

@@ -88,7 +88,7 @@ class KernelModule:
         return self._functions[name]
 
 
-_MODULES: dict[int, KernelModule] = {}
+_MODULES: dict[tuple[str, int], KernelModule] = {}  # (driver module name, context) -> kernels
 
 
 def current_module() -> KernelModule:
@@ -99,8 +99,8 @@ def current_module() -> KernelModule:
     """
     driver = _init()
     (ctx,) = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    key = int(ctx)
-    if key == 0:
+    key = (driver.__name__, int(ctx))  # an emulated context never shadows a real one
+    if key[1] == 0:
         raise GpuUnavailableError(mismatch("CUDA context", "a current context", "", "none"))
     if key not in _MODULES:
         _MODULES[key] = KernelModule()

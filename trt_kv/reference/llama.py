@@ -47,11 +47,11 @@ def _attention_block(
     k = apply_rope(k, *rope, positions)
     k_all = kv_cache_update_(cache[0], k.astype(cache[0].dtype), write_indices)
     v_all = kv_cache_update_(cache[1], v.astype(cache[1].dtype), write_indices)
-    j = np.arange(k_all.shape[2])
-    keep = (j[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, S_max]
-    out = attention(
-        q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask=keep, kv_lengths=kv_lengths
-    )
+    n = int(kv_lengths.max())  # keys past every sequence's length are never seen
+    j = np.arange(n)
+    keep = (j[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, n]
+    k_all, v_all = (c[:, :, :n].astype(q.dtype, copy=False) for c in (k_all, v_all))
+    out = attention(q, k_all, v_all, mask=keep, kv_lengths=kv_lengths)
     return out.transpose(0, 2, 1, 3).reshape(b, s, nq * h) @ lw.wo.T
 
 

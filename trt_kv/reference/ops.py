@@ -153,16 +153,16 @@ def apply_rope(
     r = x.shape[-1] if rotary_dim is None else rotary_dim
     c = cos[position_ids][:, None, :, :]  # [B, 1, S, R/2]
     s = sin[position_ids][:, None, :, :]
-    rot, rest = x[..., :r], x[..., r:]
+    out = np.empty_like(x, dtype=np.result_type(x, c))
     if interleaved:
-        x1, x2 = rot[..., 0::2], rot[..., 1::2]
-        out = np.empty_like(rot)
-        out[..., 0::2] = x1 * c - x2 * s
-        out[..., 1::2] = x2 * c + x1 * s
+        x1, x2, o1, o2 = x[..., 0:r:2], x[..., 1:r:2], out[..., 0:r:2], out[..., 1:r:2]
     else:
-        x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]
-        out = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
-    return np.concatenate([out, rest], axis=-1)
+        half = r // 2
+        x1, x2, o1, o2 = x[..., :half], x[..., half:r], out[..., :half], out[..., half:r]
+    np.subtract(x1 * c, x2 * s, out=o1)
+    np.add(x2 * c, x1 * s, out=o2)
+    out[..., r:] = x[..., r:]
+    return out
 
 
 def causal_keep(
@@ -202,41 +202,53 @@ def attention(
     mask: np.ndarray | None = None,
     scale: float | None = None,
 ) -> np.ndarray:
-    """Scaled dot-product attention with GQA.
+    """Scaled dot-product attention with GQA, computed in the dtype of ``q``.
 
     Args:
-        q: ``[B, Nq, Sq, H]``; k, v: ``[B, Nkv, Skv, H]`` with Nq a multiple of Nkv.
+        q: ``[B, Nq, Sq, H]``; k, v: ``[B, Nkv, Skv, H]`` with Nq a multiple of Nkv (query
+            head i reads KV head ``i // (Nq / Nkv)``; the KV heads are broadcast, not copied).
         causal: "none", "upper_left" or "lower_right" (see :func:`causal_keep`).
         kv_lengths: ``[B]`` valid key count per sequence.
         mask: broadcastable to ``[B, Nq, Sq, Skv]``: bool (True keeps) or additive float.
-        scale: score scale, default ``1/sqrt(H)``.
+        scale: score scale, default ``1/sqrt(H)`` (a Python float: it never widens the dtype).
 
     Returns:
         ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros; keys no query sees
         (e.g. unwritten cache rows) never reach the output, whatever they hold.
+
+    Raises:
+        ShapeError: Nq is not a multiple of Nkv.
     """
     b, nq, sq, h = q.shape
     nkv, skv = k.shape[1], k.shape[2]
     if nq % nkv:
         raise ShapeError(mismatch("query heads", f"a multiple of {nkv} KV heads", "", nq))
     group = nq // nkv
-    k = np.repeat(k, group, axis=1)
-    v = np.repeat(v, group, axis=1)
-    scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / np.sqrt(h) if scale is None else scale)
-    keep = np.broadcast_to(causal_keep(sq, skv, causal, kv_lengths, b), scores.shape)
+    # The G query heads of one KV head as G * Sq rows: [B, Nkv, G * Sq, H] @ [B, Nkv, H, Skv].
+    scores = (q.reshape(b, nkv, group * sq, h) @ k.swapaxes(-1, -2)).reshape(b, nq, sq, skv)
+    scores *= h**-0.5 if scale is None else float(scale)  # in place: a fresh product
+    keep = causal_keep(sq, skv, causal, kv_lengths, b)  # [B, 1, Sq, Skv]
     if mask is not None:
         if mask.dtype == np.bool_:
             keep = keep & mask
         else:
-            scores = scores + mask
-    scores = np.where(keep, scores, -np.inf)
+            scores += mask
+    np.copyto(scores, -np.inf, where=~keep)
     # Keys no query may see contribute nothing, even if they hold NaN/Inf (unwritten cache
-    # rows past key_value_lengths): softmax runs over the kept keys only.
-    seen = keep.any(axis=-2)[..., None]  # [B, Nq, Skv, 1]
-    v = np.where(seen, v, 0).astype(v.dtype, copy=False)
+    # rows past key_value_lengths): their values are zeroed per query head, [B, Nkv, G|1, Skv, H]
+    # (one copy per KV head when the keep mask is the same for every head).
+    seen = keep.any(axis=-2)  # [B, 1 or Nq, Skv]
+    heads = (1, 1) if seen.shape[1] == 1 else (nkv, group)
+    seen = seen.reshape(seen.shape[0], *heads, skv, 1)
+    v = np.where(seen, v[:, :, None], 0).astype(v.dtype, copy=False)
     peak = np.max(scores, axis=-1, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
-    weights = np.exp(scores - peak)
+    scores -= peak
+    weights = np.exp(scores, out=scores)
     total = np.sum(weights, axis=-1, keepdims=True)
     weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    return weights @ v
+    if v.shape[2] == 1:  # [B, Nkv, G * Sq, Skv] @ [B, Nkv, Skv, H]
+        out = weights.reshape(b, nkv, group * sq, skv) @ v[:, :, 0]
+    else:  # per-head masks: [B, Nkv, G, Sq, Skv] @ [B, Nkv, G, Skv, H]
+        out = weights.reshape(b, nkv, group, sq, skv) @ v
+    return out.reshape(b, nq, sq, h)

@@ -55,6 +55,7 @@ class DeviceBuffer:
 
         self._rt = rt
         self.nbytes = nbytes
+        self.ptr = 0  # until cudaMalloc succeeds: a failed allocation leaves nothing to free
         self.ptr = int(check(rt.cudaMalloc(max(nbytes, 1))))
 
     def memset(self, value: int = 0, offset: int = 0, nbytes: int | None = None) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.builder.kv_cache import CacheAlias
+from trt_kv.errors import SlotError, mismatch
 from trt_kv.runtime.cuda import DeviceBuffer, require_gpu
 from trt_kv.runtime.storage import CacheStorage
+
+ALIGNMENT = 256  # bytes; TensorRT's requirement for every bound tensor address
 
 
 class DeviceCaches(CacheStorage):
@@ -26,8 +30,35 @@ class DeviceCaches(CacheStorage):
         self.zero()
 
     def address(self, name: str, lo: int) -> int:
-        """Device address of slot ``lo`` of cache ``name``."""
+        """Device address of slot ``lo`` of cache ``name``: the start of a window
+        ``[B, N, S_max, H]`` that TensorRT reads as one dense tensor.
+
+        Raises:
+            SlotError: the address is not 256-byte aligned (possible when a slot's size is not
+                a multiple of 256 bytes); windows may start at multiples of
+                :meth:`window_step`.
+        """
+        # TensorRT, IExecutionContext::setTensorAddress: "The pointer must have at least
+        # 256-byte alignment." Slots cannot be padded apart: a window of B slots must be one
+        # dense [B, N, S_max, H] tensor.
+        step = self.window_step(name)
+        if lo % step:
+            raise SlotError(
+                mismatch(
+                    f"{name} window at slot {lo}",
+                    "a start slot that is a multiple of",
+                    step,
+                    f"slot {lo} (byte offset {lo * self.slot_bytes[name]}; TensorRT needs "
+                    f"256-byte aligned tensor addresses and one slot is "
+                    f"{self.slot_bytes[name]} bytes)",
+                )
+            )
         return self.buffers[name].ptr + lo * self.slot_bytes[name]
+
+    def window_step(self, name: str) -> int:
+        """Windows of cache ``name`` may start at slots that are multiples of this
+        (1 when a slot is a multiple of 256 bytes)."""
+        return ALIGNMENT // math.gcd(self.slot_bytes[name], ALIGNMENT)
 
     def zero(self, slot: int | None = None) -> None:
         for name, buf in self.buffers.items():

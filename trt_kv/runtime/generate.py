@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from trt_kv.errors import CacheOverflowError, mismatch
+from trt_kv.progress import bar
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
 
@@ -54,6 +55,8 @@ def generate(
                     len(p) + max_new_tokens - 1,
                 )
             )
+    # live tokens/s, unless the caller streams the tokens itself
+    shown = None if on_token else bar(len(prompts) * max_new_tokens, "generate", unit="tok")
     start = time.perf_counter()
     logits = session.prefill(prompts)
     steps = 1
@@ -67,8 +70,13 @@ def generate(
                 done[k] = len(out[k]) >= max_new_tokens or int(t) in stop
                 if on_token is not None:
                     on_token(k, int(t))
+        if shown is not None:
+            shown.update(sum(map(len, out)) - shown.n)
         if all(done):
             break
         logits = session.decode(next_ids)
         steps += 1
-    return Generation(out, time.perf_counter() - start, steps)
+    seconds = time.perf_counter() - start
+    if shown is not None:
+        shown.close()
+    return Generation(out, seconds, steps)

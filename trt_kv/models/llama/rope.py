@@ -1,32 +1,58 @@
-"""RoPE frequency tables (default and "llama3" scaling), shared by network and reference."""
+"""RoPE frequency tables (default and "llama3" scaling), shared by the network and the reference.
+
+Computed the way Hugging Face computes them, in float32: inverse frequencies
+``1 / theta ** (2i / H)`` rounded to float32, angles ``float32(position) * inv_freq`` rounded
+to float32, then cos/sin. A float64 table rounded at the end differs from Hugging Face by
+~2e-4 at position 4000 (the float32 angle's rounding error grows with the position), which
+flips float16 roundings; these tables stay within one float32 ulp of Hugging Face's.
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from trt_kv.models.llama.config import LlamaConfig
 
+_F32 = np.float32
+
+
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    return (_F32(1.0) / x).astype(_F32)
+
 
 def inv_freq(config: LlamaConfig) -> np.ndarray:
-    """Inverse frequencies ``[H/2]`` float64, with llama3 smoothing when configured."""
+    """Inverse frequencies ``[H/2]`` float32, with llama3 smoothing when configured.
+
+    Every operation rounds to float32 as torch does (``scalar / tensor`` is a reciprocal
+    times the scalar); ``theta ** e`` is the correctly rounded float32 power.
+    """
     h = config.head_dim
-    freq = 1.0 / (config.rope_theta ** (np.arange(0, h, 2, dtype=np.float64) / h))
+    exponents = (np.arange(0, h, 2, dtype=_F32) / _F32(h)).astype(_F32)
+    power = np.power(np.float64(config.rope_theta), exponents.astype(np.float64)).astype(_F32)
+    freq = _reciprocal(power)
     s = config.rope_scaling
     if s is None:
         return freq
-    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
-    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
-    wavelen = 2 * np.pi / freq
-    scaled = np.where(wavelen > low_wavelen, freq / s.factor, freq)
-    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
-        s.high_freq_factor - s.low_freq_factor
-    )
-    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
-    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    return np.where(medium, smoothed, scaled)
+    old = s.original_max_position_embeddings
+    low_wavelen, high_wavelen = old / s.low_freq_factor, old / s.high_freq_factor
+    wavelen = (_reciprocal(freq) * _F32(2 * math.pi)).astype(_F32)
+    scaled = np.where(wavelen > low_wavelen, freq / _F32(s.factor), freq).astype(_F32)
+    band = _F32(s.high_freq_factor - s.low_freq_factor)
+    smooth = (_reciprocal(wavelen) * _F32(old) - _F32(s.low_freq_factor)) / band
+    smoothed = (_F32(1) - smooth) * scaled / _F32(s.factor) + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(_F32)
+
+
+def rope_angles(config: LlamaConfig, num_positions: int) -> np.ndarray:
+    """``[P, H/2]`` float32 angles ``float32(p) * inv_freq`` for positions ``0..P-1``."""
+    positions = np.arange(num_positions, dtype=_F32)[:, None]
+    return (positions * inv_freq(config)[None, :]).astype(_F32)
 
 
 def rope_tables(config: LlamaConfig, num_positions: int) -> tuple[np.ndarray, np.ndarray]:
     """``(cos, sin)``, each ``[P, H/2]`` float32 for positions ``0..P-1``."""
-    angles = np.arange(num_positions, dtype=np.float64)[:, None] * inv_freq(config)[None, :]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    angles = rope_angles(config, num_positions).astype(np.float64)
+    return np.cos(angles).astype(_F32), np.sin(angles).astype(_F32)

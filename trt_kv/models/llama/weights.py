@@ -14,6 +14,7 @@ import numpy as np
 
 from trt_kv.errors import ConfigError, DTypeError, ShapeError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.progress import track
 
 
 @dataclass
@@ -159,7 +160,7 @@ def random_weights(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> Lla
     """Seeded random float32 weights (normal(0, std) matrices, norms around 1)."""
     rng = np.random.default_rng(seed)
     tensors = {}
-    for name, shape in expected_shapes(config).items():
+    for name, shape in track(expected_shapes(config).items(), "random weights", unit="tensor"):
         if len(shape) == 1:
             tensors[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:

@@ -1,0 +1,49 @@
+"""``trt-kv bench``: prefill and decode timed apart, per batch and context, table and JSON."""
+
+import json
+
+import pytest
+from cli_user import run_cli, write_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+def bench(tiny, *argv):
+    return run_cli("bench", "--model", tiny, "--decode-steps", "3", "--repeats", "3", *argv)
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpreter"])
+def test_json_has_one_result_per_batch_and_context(tiny, backend):
+    args = ("--backend", backend, "--batch", "1", "2", "--context", "4", "20", "--json")
+    r = json.loads(bench(tiny, *args).stdout)
+    assert r["backend"] == backend
+    assert [(x["batch"], x["context"]) for x in r["results"]] == [(1, 4), (2, 4), (1, 20), (2, 20)]
+    for x in r["results"]:
+        assert x["max_seq_len"] == x["context"] + 3  # context + decode steps
+        for key in ("prefill_ms", "decode_ms_per_step"):
+            s = x[key]
+            assert len(s["samples"]) == 3
+            assert s["min"] <= s["median"] <= s["max"]
+            assert s["min"] > 0
+        assert x["decode_tokens_per_s"] == pytest.approx(
+            x["batch"] / x["decode_ms_per_step"]["median"] * 1e3
+        )
+        # 2 layers x (K, V) of [N_kv=2, S_max, H=8] float32 (reference) / float16 (interpreter)
+        itemsize = 4 if backend == "reference" else 2
+        assert x["cache_bytes"] == x["batch"] * 4 * 2 * x["max_seq_len"] * 8 * itemsize
+
+
+def test_a_context_longer_than_a_step_is_prefilled_in_steps(tiny):
+    r = json.loads(bench(tiny, "--context", "20", "--max-step-tokens", "8", "--json").stdout)
+    assert r["results"][0]["context"] == 20 and r["results"][0]["prefill_ms"]["median"] > 0
+
+
+def test_table_has_prefill_and_decode_columns(tiny):
+    out = bench(tiny, "--batch", "2", "--context", "6").stdout.splitlines()
+    assert out[0].split()[0:4] == ["backend", "batch", "context", "S_max"]
+    for col in ("prefill ms (min-max)", "prefill tok/s", "decode ms/step (min-max)", "cache MiB"):
+        assert col in out[0]
+    assert out[2].split()[:4] == ["interpreter", "2", "6", "9"]

@@ -1,0 +1,90 @@
+"""``trt-kv inspect ENGINE`` as a user runs it: read from the sidecar, no GPU needed."""
+
+import json
+import shutil
+
+import pytest
+from cli_user import run_cli, write_tiny_model
+
+ENGINE = "tiny-float16-s32-b2-t8.engine"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    model = write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+    out = tmp_path_factory.mktemp("engines")
+    args = ("--max-seq-len", "32", "--max-batch", "2", "--max-step-tokens", "8", "-q")
+    run_cli("build", "--model", model, "--out", out, *args)
+    return out / ENGINE
+
+
+def test_text_shows_tensors_with_profiles_aliases_recipe_and_checksum(engine):
+    out = run_cli("inspect", engine).stdout
+    assert f"{ENGINE}  ({engine.stat().st_size:,} bytes, checksum ok)" in out
+    assert "routes       cache_update: layer" in out
+    assert "build        dtype=float16 max_seq_len=32 max_batch=2 max_step_tokens=8" in out
+    rows = {
+        line.split()[0]: line.split(None, 3)[3] for line in out.splitlines() if "  input  " in line
+    }
+    # [B, N_kv, S_max, H] = [-1, 2, 32, 8]; profile B in 1..2, opt at decode (B max)
+    assert rows["past_key.0"] == "[-1, 2, 32, 8]  [1, 2, 32, 8]  [2, 2, 32, 8]  [2, 2, 32, 8]"
+    assert rows["input_ids"] == "[-1, -1]        [1, 1]         [2, 1]         [2, 8]"
+    assert "past_value.1  present_value.1  [-1, 2, 32, 8]  float16" in out
+    assert "layers: not shown, needs a GPU to deserialize the engine" in out
+
+
+def test_cache_memory_per_slot_per_token_and_for_a_batch(engine):
+    # 2 layers x (K, V) = 4 caches of [N_kv=2, S_max=32, H=8] float16 (2 bytes):
+    per_slot = 4 * 2 * 32 * 8 * 2  # 4096 bytes
+    per_token = per_slot // 32  # 128 bytes
+    mem = json.loads(run_cli("inspect", engine, "--json").stdout)["cache_memory"]
+    assert mem == {
+        "caches": 4,
+        "engine_max_seq_len": 32,
+        "bytes_per_slot": per_slot,
+        "bytes_per_token": per_token,
+        "batch": 2,  # the profile's max batch
+        "max_seq_len": 32,
+        "bytes": 2 * per_slot,
+    }
+    mem = json.loads(
+        run_cli("inspect", engine, "--json", "--batch", "8", "--max-seq-len", "100").stdout
+    )
+    assert mem["cache_memory"]["bytes"] == 8 * 100 * per_token
+
+
+def test_json_has_the_recipe_versions_and_tensor_modes(engine):
+    import trt_kv
+
+    r = json.loads(run_cli("inspect", engine, "--json").stdout)
+    assert r["checksum"] == "ok" and len(r["sha256"]) == 64
+    assert r["built_with"] == {"module": trt_kv.FEATURES.module, "version": trt_kv.FEATURES.version}
+    assert r["recipe"]["build_options"]["max_step_tokens"] == 8
+    assert r["recipe"]["config"]["num_hidden_layers"] == 2
+    assert r["built_at"].endswith("Z") and r["build_seconds"] > 0
+    modes = {t["name"]: t["mode"] for t in r["tensors"]}
+    assert modes["past_key.0"] == "input" and modes["present_key.0"] == "output"
+    assert r["alias_pairs"][0] == {
+        "input": "past_key.0",
+        "output": "present_key.0",
+        "shape": [-1, 2, 32, 8],
+        "dtype": "float16",
+    }
+    assert r["layers"] is None
+
+
+def test_a_tampered_engine_shows_a_checksum_mismatch(engine, tmp_path):
+    copy = tmp_path / ENGINE
+    copy.write_bytes(engine.read_bytes()[:-1] + b"\x00")
+    shutil.copy(f"{engine}.json", f"{copy}.json")
+    out = run_cli("inspect", copy).stdout
+    assert "checksum MISMATCH (sidecar: " in out
+
+
+def test_a_missing_engine_is_one_error_line(tmp_path):
+    out = run_cli("inspect", tmp_path / "none.engine", check=False)
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"trt-kv: error: {tmp_path / 'none.engine'}: expected an existing file present, "
+        "got missing\n"
+    )

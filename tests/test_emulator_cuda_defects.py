@@ -1,0 +1,77 @@
+"""Defects of the GPU code paths that issue 10 found by reading them against the APIs; each
+test failed before its fix. The device ones run on the real GPU where there is one, else on
+the emulated GPU (``@pytest.mark.gpu(tensorrt=False)``: CUDA only)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trt_kv.builder.kv_cache import CacheAlias
+from trt_kv.errors import SlotError
+
+# N=1, S_max=10, H=8, float16: one slot is 1 * 10 * 8 * 2 = 160 bytes, not a multiple of 256.
+ODD = [CacheAlias("past_key_0", "present_key_0", (-1, 1, 10, 8), "float16")]
+
+
+@pytest.mark.gpu(tensorrt=False)
+def test_every_bound_cache_window_is_256_byte_aligned_or_refused():
+    # TensorRT, IExecutionContext::setTensorAddress: "The pointer must have at least 256-byte
+    # alignment." Slot lo of a 160-byte-slot cache starts at byte 160 * lo.
+    from trt_kv.runtime.device import DeviceCaches
+
+    caches = DeviceCaches(ODD, capacity=16)
+    assert caches.address("past_key_0", 0) % 256 == 0
+    assert caches.address("past_key_0", 8) % 256 == 0  # 8 * 160 = 1280 = 5 * 256
+    with pytest.raises(SlotError, match="multiple of 8"):
+        caches.address("past_key_0", 1)
+
+
+@pytest.mark.gpu(tensorrt=False)
+def test_a_failed_cuda_malloc_leaves_a_buffer_that_collects_cleanly():
+    from trt_kv.runtime.cuda import DeviceBuffer
+
+    buf = DeviceBuffer.__new__(DeviceBuffer)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        buf.__init__(1 << 60)  # no device has an exabyte
+    buf.__del__()  # what garbage collection does next; no AttributeError (no ptr yet)
+
+
+def fake_full_tensorrt(tmp_path):
+    """A ``tensorrt`` package that is TensorRT-RTX's Python module under the other name: how
+    trt_kv behaves with full TensorRT installed, on a machine that has only RTX."""
+    pkg = tmp_path / "tensorrt"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from tensorrt_rtx import *\nfrom tensorrt_rtx import __version__\n"
+    )
+    return str(tmp_path)
+
+
+def polygraphy_switch(pythonpath, env_value):
+    code = (
+        "import trt_kv._trt as t, polygraphy.config as c; "
+        "print(t.FEATURES.module, c.USE_TENSORRT_RTX)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
+    env.pop("TRT_KV_TRT_MODULE", None)
+    env["POLYGRAPHY_USE_TENSORRT_RTX"] = env_value
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_polygraphy_is_pointed_at_full_tensorrt_even_when_the_variable_says_rtx(tmp_path):
+    path = [fake_full_tensorrt(tmp_path), *sys.path]
+    assert polygraphy_switch(path, "1") == ["tensorrt", "False"]
+
+
+def test_polygraphy_is_pointed_at_tensorrt_rtx_even_when_the_variable_says_full(tmp_path):
+    from trt_kv._trt import FEATURES
+
+    if not FEATURES.is_rtx:
+        pytest.skip("needs tensorrt_rtx as the imported module")
+    assert polygraphy_switch(sys.path, "0") == ["tensorrt_rtx", "True"]

@@ -1,0 +1,132 @@
+"""Interpreter fast paths against the plain kernels, on the same networks.
+
+``compile_network(network)`` (fast) reads only the cache rows below the largest
+key_value_length in attention, runs a matrix product against a shared weight as one
+``[rows, K] @ [K, N]`` product, stores transposed-read constants transposed and drops every
+intermediate after its last reader; ``compile_network(network, fast=False)`` runs the plain
+kernels. Both execute every layer: results agree within the compute dtype's rounding (float32:
+a few ulps, from BLAS summation order), and NaN in unwritten cache rows stays out of both.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from test_interpreter_support import Net, rand
+from tiny_models import TINY_GQA
+
+from trt_kv._trt import trt
+from trt_kv.builder.model_caches import cache_names
+from trt_kv.interpreter import compile_network
+from trt_kv.models.llama import build_llama_network, random_weights
+
+S_MAX = 24
+M = trt.MatrixOperation
+E = trt.ElementWiseOperation
+
+
+def _caches(dtype: str) -> dict[str, np.ndarray]:
+    """Every cache ``[2, N_kv, S_MAX, H]`` filled with NaN: unwritten rows hold NaN."""
+    shape = (2, TINY_GQA.num_key_value_heads, S_MAX, TINY_GQA.head_dim)
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    return {
+        name: np.full(shape, np.nan, np_dtype)
+        for i in range(TINY_GQA.num_hidden_layers)
+        for name in cache_names(i)[:2]
+    }
+
+
+# Ragged prefill (3 and 2 tokens), a second prefill chunk, then decode steps.
+STEPS = [
+    ([[3, 5, 7], [9, 2, 0]], [[0, 1, 2], [0, 1, 2]], [0, 0], [3, 2], [2, 4]),
+    ([[4, 6], [8, 1]], [[3, 4], [2, 3]], [3, 2], [5, 4], [1, 3]),
+    ([[11], [13]], [[5], [4]], [5, 4], [6, 5], [0, 1]),
+    ([[12], [10]], [[6], [5]], [6, 5], [7, 6], [0, 1]),
+]
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
+def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol):
+    """float32: a few ulps (BLAS summation order). float16 networks round every tensor, so a
+    last-bit float32 difference before a rounding can move that tensor by one float16 ulp
+    (~1e-3 relative): the tolerance allows a few of them."""
+    net = build_llama_network(
+        TINY_GQA,
+        random_weights(TINY_GQA, seed=5),
+        max_seq_len=S_MAX,
+        max_batch=2,
+        max_step_tokens=4,
+        dtype=dtype,
+    )
+    plans = {
+        "fast": compile_network(net.network),
+        "plain": compile_network(net.network, fast=False),
+    }
+    caches = {kind: _caches(dtype) for kind in plans}
+    for ids, positions, write, lengths, rows in STEPS:
+        logits = {}
+        for kind, plan in plans.items():
+            feed = {
+                **caches[kind],
+                "input_ids": np.array(ids, np.int32),
+                "position_ids": np.array(positions, np.int64),
+                "write_indices": np.array(write, np.int32),
+                "key_value_lengths": np.array(lengths, np.int32),
+                "last_token_rows": np.array(rows, np.int32),
+            }
+            logits[kind] = plan.run(feed)["logits"]
+        assert np.isfinite(logits["fast"]).all()
+        scale = float(np.abs(logits["plain"]).max())
+        np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)
+    final = np.array(STEPS[-1][3])
+    for name in caches["fast"]:
+        fast, plain = caches["fast"][name], caches["plain"][name]
+        for b, n in enumerate(final):
+            assert np.isnan(fast[b, :, n:]).all() and np.isnan(plain[b, :, n:]).all()
+            np.testing.assert_allclose(fast[b, :, :n], plain[b, :, :n], rtol=rtol, atol=rtol)
+
+
+def _linear_net(transpose: bool) -> Net:
+    """``x [B, S, 16] @ W`` with W a constant ``[1, 16, 12]`` (or ``[1, 12, 16]`` read
+    transposed, as the Llama network stores ``nn.Linear`` weights)."""
+    net = Net()
+    x = net.input("x", "float32", (-1, -1, 16))
+    w = rand(1, 12, 16, seed=1) if transpose else rand(1, 16, 12, seed=1)
+    op = M.TRANSPOSE if transpose else M.NONE
+    net.mark(net.network.add_matrix_multiply(x, M.NONE, net.const(w), op).get_output(0))
+    net.weight = w[0].T if transpose else w[0]
+    return net
+
+
+@pytest.mark.parametrize("transpose", [False, True], ids=["plain_weight", "transposed_weight"])
+def test_matrix_multiply_against_a_shared_weight_fast_and_plain_agree(transpose):
+    net = _linear_net(transpose)
+    x = rand(5, 3, 16, seed=2)
+    net.build({"x": x})
+    fast = compile_network(net.network).run({"x": x})["out"]
+    plain = compile_network(net.network, fast=False).run({"x": x})["out"]
+    expected = np.einsum("bsk,kn->bsn", x.astype(np.float64), net.weight.astype(np.float64))
+    np.testing.assert_allclose(fast, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-7)
+
+
+def test_intermediates_are_dropped_after_their_last_reader():
+    """A chain of 24 elementwise layers on a 1 MiB tensor peaks at a few live tensors, not 24."""
+    net = Net()
+    x = net.input("x", "float32", (256, 1024))
+    t = x
+    for i in range(24):
+        one = net.const(np.full((1, 1), 1.0 + i, np.float32))
+        t = net.network.add_elementwise(t, one, E.SUM).get_output(0)
+    net.mark(t)
+    plan = compile_network(net.network)
+    feed = {"x": rand(256, 1024, seed=3)}
+    plan.run(feed)  # warm
+    tracemalloc.start()
+    out = plan.run(feed)["out"]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    np.testing.assert_allclose(out, feed["x"] + sum(1.0 + i for i in range(24)), rtol=1e-6)
+    assert peak < 5 * 2**20, f"peak {peak / 2**20:.1f} MiB for 1 MiB tensors"

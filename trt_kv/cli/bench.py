@@ -1,0 +1,151 @@
+"""``trt-kv bench``: prefill and decode timed apart, per batch size and context length, on
+any backend: median and spread over repeats, tokens/s, cache memory; a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+from trt_kv.cli import common, generate
+
+HELP = "time prefill and decode apart per batch and context (median, spread, cache memory)"
+EXAMPLE = "trt-kv bench --backend interpreter --batch 1 8 --context 128 2048 --repeats 5"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    common.add_model_arguments(
+        p,
+        {
+            "max_seq_len": "S_max (None: context + decode steps)",
+            "max_batch": "engine profile's batch bound (at least the largest --batch)",
+            "max_step_tokens": "longest prefill step (None: the context, in one step)",
+        },
+    )
+    p.set_defaults(max_seq_len=None, max_batch=1)
+    p.add_argument(
+        "--backend", choices=generate.BACKENDS, default="interpreter", help="backend to time"
+    )
+    p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes")
+    p.add_argument("--context", type=int, nargs="+", default=[128], help="prompt lengths")
+    p.add_argument("--decode-steps", type=int, default=16, help="decode steps timed per repeat")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats (median, min, max)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed repeats first")
+    p.add_argument("--cuda-graph", action="store_true", help="tensorrt: decode as a CUDA graph")
+    p.add_argument("--json", action="store_true", help="one JSON object with every sample")
+
+
+def _stats(samples: list[float]) -> dict:
+    """Median, min, max and all samples (milliseconds)."""
+    import statistics
+
+    return {
+        "median": statistics.median(samples),
+        "min": min(samples),
+        "max": max(samples),
+        "samples": samples,
+    }
+
+
+def _prefill(session: object, prompts: list[list[int]], step: int) -> object:
+    """Prefill ``prompts`` (all of one length) in steps of at most ``step`` tokens."""
+    logits = session.prefill([p[:step] for p in prompts])
+    for lo in range(step, len(prompts[0]), step):
+        logits = session.step([p[lo : lo + step] for p in prompts])
+    return logits
+
+
+def measure(session: object, batch: int, context: int, args: argparse.Namespace) -> dict:
+    """Prefill ms and decode ms/step for ``batch`` prompts of ``context`` tokens, over
+    ``args.warmup`` + ``args.repeats`` runs (the warm-up ones dropped)."""
+    import time
+
+    vocab = session.backend.vocab_size
+    prompts = [[(7 * b + 3 * t) % (vocab - 1) + 1 for t in range(context)] for b in range(batch)]
+    step = args.max_step_tokens or context
+    prefill_ms, decode_ms = [], []
+    for r in range(args.warmup + args.repeats):
+        start = time.perf_counter()
+        logits = _prefill(session, prompts, step)
+        prefilled = time.perf_counter()
+        for _ in range(args.decode_steps):
+            logits = session.decode(logits.argmax(axis=-1))
+        done = time.perf_counter()
+        if r >= args.warmup:
+            prefill_ms.append((prefilled - start) * 1e3)
+            decode_ms.append((done - prefilled) * 1e3 / args.decode_steps)
+    prefill, decode = _stats(prefill_ms), _stats(decode_ms)
+    per_slot = session.memory()["total"] // session.capacity
+    return {
+        "batch": batch,
+        "context": context,
+        "max_seq_len": session.state.max_seq_len,
+        "prefill_ms": prefill,
+        "prefill_tokens_per_s": batch * context / prefill["median"] * 1e3,
+        "decode_ms_per_step": decode,
+        "decode_tokens_per_s": batch / decode["median"] * 1e3,
+        "cache_bytes": per_slot * batch,
+    }
+
+
+def _spread(s: dict) -> str:
+    return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
+
+
+def format_rows(backend: str, rows: list[dict]) -> str:
+    """The measurements as a table: one line per (context, batch)."""
+    head = (
+        "backend",
+        "batch",
+        "context",
+        "S_max",
+        "prefill ms (min-max)",
+        "prefill tok/s",
+        "decode ms/step (min-max)",
+        "decode tok/s",
+        "cache MiB",
+    )
+    body = [
+        (
+            backend,
+            str(r["batch"]),
+            str(r["context"]),
+            str(r["max_seq_len"]),
+            _spread(r["prefill_ms"]),
+            f"{r['prefill_tokens_per_s']:.1f}",
+            _spread(r["decode_ms_per_step"]),
+            f"{r['decode_tokens_per_s']:.1f}",
+            f"{r['cache_bytes'] / 2**20:.2f}",
+        )
+        for r in rows
+    ]
+    return common.table(head, body)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from trt_kv.examples import load_model
+    from trt_kv.runtime.cuda import require_gpu
+    from trt_kv.runtime.session import Session
+
+    if args.backend in generate.GPU_BACKENDS:
+        require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    model = load_model(args.model, progress=not args.quiet)
+    name, config, weights = model.name, model.config, model.weights
+    capacity = max(args.batch)
+    rows = []
+    for context in args.context:
+        shape = {
+            "max_seq_len": args.max_seq_len or context + args.decode_steps,
+            "max_step_tokens": args.max_step_tokens or context,
+            "max_batch": capacity,
+            "engine": None,
+        }
+        backend_args = argparse.Namespace(**{**vars(args), **shape})
+        backend = generate.make_backend(backend_args, name, config, weights, capacity)
+        session = Session(backend)
+        rows += [measure(session, b, context, args) for b in args.batch]
+    if args.json:
+        print(json.dumps({"backend": args.backend, "model": name, "results": rows}))
+    else:
+        print(format_rows(args.backend, rows))
+    return 0

@@ -1,0 +1,183 @@
+"""``trt-kv inspect ENGINE``: what an engine file holds, read from its sidecar (no GPU):
+I/O tensors with profiles, alias pairs, cache memory, routes, the build recipe, TensorRT
+module and version, checksum; on a GPU also TensorRT's per-layer engine information."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trt_kv.cli import common
+
+HELP = "show an engine's tensors, profiles, alias pairs, cache memory and build recipe"
+EXAMPLE = "trt-kv inspect engines/smollm2-135m-random-float16-s256-b8-t64.engine --batch 4"
+S_AXIS = 2  # caches are [B, N, S_max, H]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("engine", type=Path, help="engine file (its .json sidecar beside it)")
+    p.add_argument("--batch", type=int, help="batch for the cache total (None: profile max)")
+    p.add_argument("--max-seq-len", type=int, help="S_max for the cache total (None: engine's)")
+    p.add_argument("--json", action="store_true", help="everything as one JSON object")
+
+
+def _shape(dims: list | tuple) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def cache_memory(meta: object, batch: int | None, max_seq_len: int | None) -> dict:
+    """Bytes of the cache inputs: per slot (one sequence at the engine's S_max), per token,
+    and for ``batch`` slots at ``max_seq_len`` (defaults: profile max batch, engine S_max)."""
+    from trt_kv import dtypes
+
+    per_slot = 0
+    s_max = None
+    for a in meta.aliases:
+        n = dtypes.to_numpy(a.dtype).itemsize
+        for d in a.shape[1:]:
+            n *= d
+        per_slot += n
+        s_max = a.shape[S_AXIS]
+    if s_max is None:
+        return {}
+    if batch is None:
+        batch = max(
+            (p.shapes[a.input][2][0] for p in meta.profiles for a in meta.aliases), default=1
+        )
+    max_seq_len = max_seq_len or s_max
+    per_token = per_slot // s_max
+    return {
+        "caches": len(meta.aliases),
+        "engine_max_seq_len": s_max,
+        "bytes_per_slot": per_slot,
+        "bytes_per_token": per_token,
+        "batch": batch,
+        "max_seq_len": max_seq_len,
+        "bytes": per_token * max_seq_len * batch,
+    }
+
+
+def engine_layers(path: Path) -> tuple[list | None, str]:
+    """TensorRT's engine inspector output (one entry per layer) and where it came from, or
+    None and why not: deserializing an engine takes a GPU."""
+    from trt_kv.runtime.cuda import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        return None, f"needs a GPU to deserialize the engine ({reason})"
+    import json
+
+    from trt_kv._trt import trt
+    from trt_kv.runtime.engine_loader import load_cuda_engine
+
+    engine, _, _ = load_cuda_engine(path)
+    inspector = engine.create_engine_inspector()
+    info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+    return info.get("Layers", []), "TensorRT engine inspector (GPU)"
+
+
+def report(path: Path, batch: int | None = None, max_seq_len: int | None = None) -> dict:
+    """Everything ``inspect`` shows, as JSON-ready data. Raises EngineFileError for a
+    missing engine or sidecar."""
+    import hashlib
+    import json
+
+    from trt_kv import FEATURES
+    from trt_kv.engine_file import EngineMeta, sidecar_path
+    from trt_kv.errors import EngineFileError, mismatch
+
+    side = sidecar_path(path)
+    for p in (path, side):
+        if not p.is_file():
+            raise EngineFileError(mismatch(str(p), "an existing file", "present", "missing"))
+    meta = EngineMeta.from_json(json.loads(side.read_text()))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    md = dict(meta.metadata)
+    profiles = {name: p.shapes[name] for p in meta.profiles for name in p.shapes}
+    tensors = [
+        {
+            "name": t.name,
+            "mode": mode,
+            "dtype": t.dtype,
+            "shape": list(t.shape),
+            "profile": [list(s) for s in profiles[t.name]] if t.name in profiles else None,
+        }
+        for mode, group in (("input", meta.inputs), ("output", meta.outputs))
+        for t in group
+    ]
+    layers, layers_source = engine_layers(path) if digest == meta.sha256 else (None, "")
+    return {
+        "engine": str(path),
+        "bytes": path.stat().st_size,
+        "sha256": digest,
+        "checksum": "ok" if digest == meta.sha256 else f"MISMATCH (sidecar: {meta.sha256})",
+        "built_with": {"module": meta.trt_module, "version": meta.trt_version},
+        "running": {"module": FEATURES.module, "version": FEATURES.version},
+        "built_at": md.pop("built_at", None),
+        "build_seconds": meta.build_seconds,
+        "routes": {"cache_update": meta.cache_update, **md.pop("routes", {})},
+        "recipe": md,
+        "tensors": tensors,
+        "alias_pairs": [a.to_json() for a in meta.aliases],
+        "write_indices": meta.write_indices,
+        "profiles": [p.name for p in meta.profiles],
+        "cache_memory": cache_memory(meta, batch, max_seq_len),
+        "layers": layers,
+        "layers_source": layers_source,
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n:,} bytes ({n / 2**20:.2f} MiB)"
+
+
+def format_report(r: dict) -> str:
+    """The report as text: key lines, then tensor, alias and layer tables."""
+    built, running = r["built_with"], r["running"]
+    same = built == running
+    lines = [
+        f"engine       {r['engine']}  ({r['bytes']:,} bytes, checksum {r['checksum']})",
+        f"built with   {built['module']} {built['version']}"
+        + ("" if same else f"  (running {running['module']} {running['version']}: rebuild)"),
+        f"built        {r['built_at'] or 'time not recorded'}, in {r['build_seconds']:.2f} s",
+        "routes       " + ", ".join(f"{k}: {v}" for k, v in r["routes"].items()),
+    ]
+    options = r["recipe"].get("build_options")
+    if options:
+        lines.append("build        " + " ".join(f"{k}={v}" for k, v in options.items()))
+    config = r["recipe"].get("config")
+    if config:
+        keys = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")
+        brief = " ".join(f"{k}={config[k]}" for k in keys if k in config)
+        lines.append(f"model        {r['recipe'].get('model', '?')} {brief}")
+    mem = r["cache_memory"]
+    if mem:
+        lines.append(
+            f"cache memory {mem['caches']} caches: {_mib(mem['bytes_per_slot'])} per slot at "
+            f"S_max={mem['engine_max_seq_len']}, {mem['bytes_per_token']:,} bytes per token; "
+            f"batch {mem['batch']} at S_max={mem['max_seq_len']}: {_mib(mem['bytes'])}"
+        )
+    head = ("tensor", "mode", "dtype", "shape", "min", "opt", "max")
+    body = [
+        (t["name"], t["mode"], t["dtype"], _shape(t["shape"]))
+        + (tuple(_shape(s) for s in t["profile"]) if t["profile"] else ("", "", ""))
+        for t in r["tensors"]
+    ]
+    lines += ["", common.table(head, body), ""]
+    pairs = [(a["input"], a["output"], _shape(a["shape"]), a["dtype"]) for a in r["alias_pairs"]]
+    lines.append(common.table(("cache input", "aliased output", "shape", "dtype"), pairs))
+    if r["layers"] is None:
+        lines.append(f"\nlayers: not shown, {r['layers_source'] or 'checksum mismatch'}")
+    else:
+        names = [x if isinstance(x, str) else x.get("Name", str(x)) for x in r["layers"]]
+        lines.append(f"\nlayers ({len(names)}, from {r['layers_source']}):")
+        lines += [f"  {n}" for n in names]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    r = report(args.engine, args.batch, args.max_seq_len)
+    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    return 0

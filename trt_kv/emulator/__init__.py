@@ -1,0 +1,129 @@
+"""An emulated GPU: run trt_kv's GPU code paths on a CPU, unchanged.
+
+``with emulated_gpu(): ...`` installs CPU stand-ins where trt_kv and Polygraphy look the CUDA
+API up: ``cuda.bindings.runtime`` / ``driver`` (:mod:`.cuda_runtime`, :mod:`.cuda_driver`),
+``polygraphy.cuda.wrapper()`` (:mod:`.polygraphy_cuda`), and whatever extra installers are
+registered (the TensorRT runtime). Device memory lives in host memory behind integer pointers
+(:mod:`.memory`); the device outlives the block (:func:`trt_kv.emulator.device.device`), like a
+real GPU. Results on it are "emulated", never "verified on GPU".
+
+Nothing in trt_kv's product path imports this package; tests and ``--emulate-gpu`` do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from trt_kv.emulator import cuda_driver, cuda_runtime, polygraphy_cuda
+from trt_kv.emulator.cuda_runtime import submit
+from trt_kv.emulator.device import CudaCallFailed, device
+from trt_kv.emulator.memory import DeviceMemory, EmulatorError
+
+__all__ = [
+    "CudaCallFailed",
+    "DeviceMemory",
+    "EmulatorError",
+    "device",
+    "emulated_gpu",
+    "is_active",
+    "provides",
+    "register_installer",
+    "submit",
+]
+
+Installer = Callable[[], Callable[[], None]]  # installs a stand-in; returns its undo
+
+
+def _install_cuda_modules() -> Callable[[], None]:
+    """``cuda.bindings.runtime`` / ``driver`` -> the stand-ins (module attribute and
+    ``sys.modules``, so ``from cuda.bindings import runtime`` finds them)."""
+    package = importlib.import_module("cuda.bindings")
+    # cuda.bindings.nvrtc binds names of the real driver module when first imported: load it
+    # before the driver is swapped.
+    importlib.import_module("cuda.bindings.nvrtc")
+    saved = []
+    for name, stand_in in (("runtime", cuda_runtime), ("driver", cuda_driver)):
+        full = f"cuda.bindings.{name}"
+        saved.append((name, full, getattr(package, name, None), sys.modules.get(full)))
+        setattr(package, name, stand_in)
+        sys.modules[full] = stand_in
+
+    def undo() -> None:
+        for name, full, attr, module in saved:
+            if attr is None:
+                delattr(package, name)
+            else:
+                setattr(package, name, attr)
+            if module is None:
+                sys.modules.pop(full, None)
+            else:
+                sys.modules[full] = module
+
+    return undo
+
+
+def _clear_gpu_probe() -> Callable[[], None]:
+    """``gpu_unavailable_reason()`` is cached: forget its answer on entry and on exit."""
+    from trt_kv.runtime.cuda import gpu_unavailable_reason
+
+    gpu_unavailable_reason.cache_clear()
+    return gpu_unavailable_reason.cache_clear
+
+
+_INSTALLERS: list[Installer] = [_install_cuda_modules, polygraphy_cuda.install, _clear_gpu_probe]
+_PROVIDES = {"cuda", "polygraphy"}
+_LOCK = threading.RLock()
+_ACTIVE: dict[str, object] = {"depth": 0, "undo": []}
+
+
+def register_installer(installer: Installer, provides: str | None = None) -> None:
+    """Run ``installer`` on every activation (after the CUDA stand-ins); its return value is
+    called on exit. ``provides`` names what it emulates (``"tensorrt"`` for the TensorRT
+    runtime; see :func:`provides`). Registering the same installer twice has no effect."""
+    with _LOCK:
+        if installer not in _INSTALLERS:
+            _INSTALLERS.append(installer)
+        if provides:
+            _PROVIDES.add(provides)
+
+
+def provides() -> frozenset[str]:
+    """What an activation emulates: ``"cuda"``, ``"polygraphy"``, plus what registered
+    installers provide (``"tensorrt"`` once the TensorRT runtime stand-in is registered)."""
+    return frozenset(_PROVIDES)
+
+
+def is_active() -> bool:
+    """Whether an :func:`emulated_gpu` block is active."""
+    return _ACTIVE["depth"] > 0
+
+
+@contextmanager
+def emulated_gpu() -> Iterator[None]:
+    """Run the block on the emulated GPU; nested blocks share one activation. Everything
+    installed is restored on exit of the outermost block, even when it raises."""
+    with _LOCK:
+        if _ACTIVE["depth"] == 0:
+            undo: list[Callable[[], None]] = []
+            try:
+                for installer in _INSTALLERS:
+                    undo.append(installer())
+            except BaseException:
+                for step in reversed(undo):
+                    step()
+                raise
+            _ACTIVE["undo"] = undo
+        _ACTIVE["depth"] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _ACTIVE["depth"] -= 1
+            if _ACTIVE["depth"] == 0:
+                for step in reversed(_ACTIVE["undo"]):
+                    step()
+                _ACTIVE["undo"] = []

@@ -1,0 +1,400 @@
+"""Stand-in for ``cuda.bindings.runtime`` on the emulated device.
+
+Same names, call signatures and ``(cudaError_t, *values)`` returns as cuda-python, for the
+calls trt_kv, its tests and Polygraphy make; the enums and handle types ARE cuda-python's.
+Misuse that CUDA reports with an error code returns that code; memory-safety violations that
+CUDA leaves undefined or reports late (a copy leaving its allocation, a freed or foreign
+pointer, a double free) raise :class:`~trt_kv.emulator.memory.EmulatorError` at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+
+from cuda.bindings import runtime as _rt
+
+from trt_kv.emulator.device import (
+    Capture,
+    CudaCallFailed,
+    Event,
+    Stream,
+)
+from trt_kv.emulator.device import device as _state
+from trt_kv.emulator.memory import EmulatorError
+
+# cuda-python's own types: values made here are indistinguishable from real ones.
+cudaError_t = _rt.cudaError_t
+cudaMemcpyKind = _rt.cudaMemcpyKind
+cudaStreamCaptureMode = _rt.cudaStreamCaptureMode
+cudaStreamCaptureStatus = _rt.cudaStreamCaptureStatus
+cudaStream_t = _rt.cudaStream_t
+cudaGraph_t = _rt.cudaGraph_t
+cudaGraphExec_t = _rt.cudaGraphExec_t
+cudaEvent_t = _rt.cudaEvent_t
+cudaDeviceProp = _rt.cudaDeviceProp
+
+# Public names that are not cuda-python API (the conformance test checks all the others).
+EMULATOR_EXTRAS = ("submit", "DEVICE_NAME", "COMPUTE_CAPABILITY")
+DEVICE_NAME = b"trt_kv emulated GPU (CPU)"
+COMPUTE_CAPABILITY = (8, 9)
+_KINDS = {
+    cudaMemcpyKind.cudaMemcpyHostToHost: "HH",
+    cudaMemcpyKind.cudaMemcpyHostToDevice: "HD",
+    cudaMemcpyKind.cudaMemcpyDeviceToHost: "DH",
+    cudaMemcpyKind.cudaMemcpyDeviceToDevice: "DD",
+}
+_OK = cudaError_t.cudaSuccess
+
+
+def submit(stream: object, work: Callable[[], None], what: str) -> None:
+    """Run ``work`` on ``stream`` now, or record it into the stream's capture (replayed by
+    ``cudaGraphLaunch``). The emulated TensorRT's ``execute_async_v3`` enqueues through this.
+
+    Raises:
+        CudaCallFailed: ``.code`` is the cudaError_t CUDA returns (unknown stream, legacy stream
+            during a capture, invalidated capture).
+    """
+    _state().submit(stream, work, what)
+
+
+def _returns(n: int) -> Callable:
+    """Wrap an API body returning ``n`` values: prepend cudaSuccess, or turn CudaCallFailed
+    into ``(code, None * n)`` as cuda-python does."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def api(*args: object) -> tuple:
+            try:
+                values = fn(*args)
+            except CudaCallFailed as e:
+                return (e.code, *([None] * n))
+            return (_OK, *(values if n > 1 else (values,) if n == 1 else ()))
+
+        return api
+
+    return wrap
+
+
+# -- device ------------------------------------------------------------------------------------
+@_returns(1)
+def cudaGetDeviceCount() -> int:
+    return 1
+
+
+@_returns(1)
+def cudaGetDevice() -> int:
+    return 0
+
+
+@_returns(0)
+def cudaSetDevice(device: int) -> None:
+    _check_device(device)
+
+
+@_returns(1)
+def cudaGetDeviceProperties(device: int) -> object:
+    _check_device(device)
+    prop = cudaDeviceProp()
+    prop.name = DEVICE_NAME.ljust(256, b"\0")
+    prop.major, prop.minor = COMPUTE_CAPABILITY
+    prop.totalGlobalMem = _state().memory.capacity
+    prop.multiProcessorCount = 1
+    prop.warpSize = 32
+    prop.maxThreadsPerBlock = 1024
+    prop.maxThreadsDim = [1024, 1024, 64]
+    prop.maxGridSize = [2**31 - 1, 65535, 65535]
+    prop.unifiedAddressing = 1
+    prop.textureAlignment = 512
+    return prop
+
+
+@_returns(2)
+def cudaMemGetInfo() -> tuple[int, int]:
+    mem = _state().memory
+    return mem.capacity - mem.used, mem.capacity
+
+
+@_returns(0)
+def cudaDeviceSynchronize() -> None:
+    # "It is also invalid to query the execution status of or synchronize a broader handle
+    # which encompasses an active stream capture, such as a device or context handle"
+    active = _state().captures()
+    if active:
+        _state().invalidate(active, "cudaDeviceSynchronize")
+        raise CudaCallFailed(
+            cudaError_t.cudaErrorStreamCaptureUnsupported, "device synchronize during capture"
+        )
+
+
+def cudaGetErrorString(error: cudaError_t) -> tuple:
+    return _rt.cudaGetErrorString(error)  # a static table in cuda-python: needs no GPU
+
+
+def cudaGetErrorName(error: cudaError_t) -> tuple:
+    return _rt.cudaGetErrorName(error)
+
+
+def _check_device(index: int) -> None:
+    if int(index) != 0:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidDevice, f"device {index}: only 0")
+
+
+# -- memory ------------------------------------------------------------------------------------
+@_returns(1)
+def cudaMalloc(size: int) -> int:
+    dev = _state()
+    dev.check_unsafe_call("cudaMalloc")
+    if int(size) == 0:
+        return 0
+    try:
+        return dev.memory.malloc(size)
+    except EmulatorError as e:  # cudaMalloc "returns cudaErrorMemoryAllocation in case of failure"
+        raise CudaCallFailed(cudaError_t.cudaErrorMemoryAllocation, str(e)) from e
+
+
+@_returns(0)
+def cudaFree(devPtr: int) -> None:
+    # "If devPtr is 0, no operation is performed." Otherwise devPtr "must have been returned by
+    # a previous call to cudaMalloc() ... Otherwise, or if cudaFree(devPtr) has already been
+    # called before, an error is returned." The emulator raises (EmulatorError): a double free
+    # is never silent, even where the caller ignores the return code.
+    if int(devPtr) == 0:
+        return
+    _state().check_unsafe_call("cudaFree")
+    _state().memory.free(devPtr)
+
+
+def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
+    try:
+        kind = cudaMemcpyKind(kind)
+    except ValueError as e:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidMemcpyDirection, str(e)) from e
+    if kind == cudaMemcpyKind.cudaMemcpyDefault:
+        # "Passing cudaMemcpyDefault is recommended, in which case the type of transfer is
+        # inferred from the pointer values." (unified virtual addressing)
+        from trt_kv.emulator.memory import is_device_pointer
+
+        sides = "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
+    else:
+        sides = _KINDS[kind]
+    return _state().copy_work(dst, src, count, sides)
+
+
+@_returns(0)
+def cudaMemcpy(dst: int, src: int, count: int, kind: object) -> None:
+    if int(count) == 0:
+        return
+    work = _copy(dst, src, count, kind)
+    _state().submit(0, work, "cudaMemcpy")  # synchronous: the legacy stream
+
+
+@_returns(0)
+def cudaMemcpyAsync(dst: int, src: int, count: int, kind: object, stream: object) -> None:
+    if int(count) == 0:
+        return
+    work = _copy(dst, src, count, kind)
+    _state().submit(stream, work, "cudaMemcpyAsync")
+
+
+def _memset(devPtr: int, value: int, count: int) -> Callable[[], None]:
+    mem, ptr, count = _state().memory, int(devPtr), int(count)
+    mem.find(ptr, count)
+
+    def work() -> None:
+        alloc, offset = mem.find(ptr, count)
+        alloc.data[offset : offset + count] = int(value) & 0xFF
+
+    return work
+
+
+@_returns(0)
+def cudaMemset(devPtr: int, value: int, count: int) -> None:
+    _state().submit(0, _memset(devPtr, value, count), "cudaMemset")
+
+
+@_returns(0)
+def cudaMemsetAsync(devPtr: int, value: int, count: int, stream: object) -> None:
+    _state().submit(stream, _memset(devPtr, value, count), "cudaMemsetAsync")
+
+
+# -- streams and capture ---------------------------------------------------------------------------
+@_returns(1)
+def cudaStreamCreate() -> object:
+    dev = _state()
+    h = dev.new_handle()
+    dev.streams[h] = Stream(h)
+    return cudaStream_t(h)
+
+
+@_returns(0)
+def cudaStreamDestroy(stream: object) -> None:
+    dev = _state()
+    s = dev.stream(stream)
+    if s is None:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, "the legacy stream")
+    if s.capture is not None:
+        raise CudaCallFailed(cudaError_t.cudaErrorStreamCaptureUnsupported, "stream capturing")
+    del dev.streams[s.handle]
+
+
+@_returns(0)
+def cudaStreamSynchronize(stream: object) -> None:
+    _state().check_sync(stream, "cudaStreamSynchronize")
+
+
+@_returns(0)
+def cudaStreamQuery(stream: object) -> None:
+    _state().check_sync(stream, "cudaStreamQuery")
+
+
+@_returns(1)
+def cudaStreamIsCapturing(stream: object) -> object:
+    s = _state().stream(stream)
+    status = cudaStreamCaptureStatus
+    if s is None or s.capture is None:
+        return status.cudaStreamCaptureStatusNone
+    if s.capture.invalid:
+        return status.cudaStreamCaptureStatusInvalidated
+    return status.cudaStreamCaptureStatusActive
+
+
+@_returns(0)
+def cudaStreamBeginCapture(stream: object, mode: object) -> None:
+    s = _state().stream(stream)
+    if s is None:
+        # "Stream capture can be used on any CUDA stream except cudaStreamLegacy"
+        raise CudaCallFailed(
+            cudaError_t.cudaErrorStreamCaptureUnsupported, "capture of the legacy stream"
+        )
+    if s.capture is not None:
+        raise CudaCallFailed(cudaError_t.cudaErrorIllegalState, "stream already capturing")
+    s.capture = Capture(cudaStreamCaptureMode(mode), threading.get_ident())
+
+
+@_returns(1)
+def cudaStreamEndCapture(stream: object) -> object:
+    dev = _state()
+    s = dev.stream(stream)
+    if s is None or s.capture is None:
+        raise CudaCallFailed(cudaError_t.cudaErrorIllegalState, "stream is not capturing")
+    capture = s.capture
+    # "If the mode argument to cudaStreamBeginCapture was not cudaStreamCaptureModeRelaxed,
+    # this call must be from the same thread as cudaStreamBeginCapture."
+    if (
+        capture.mode != cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed
+        and capture.thread != threading.get_ident()
+    ):
+        raise CudaCallFailed(cudaError_t.cudaErrorStreamCaptureWrongThread, "other thread")
+    s.capture = None
+    # "This call will take the associated streams out of capture mode, but will also return an
+    # error value and a NULL graph." (an invalidated capture)
+    if capture.invalid:
+        raise CudaCallFailed(cudaError_t.cudaErrorStreamCaptureInvalidated, capture.invalid)
+    h = dev.new_handle()
+    dev.graphs[h] = list(capture.nodes)
+    return cudaGraph_t(h)
+
+
+# -- graphs ------------------------------------------------------------------------------------
+def _graph_handle(table: dict, handle: object, what: str) -> int:
+    h = int(handle) if handle is not None else 0
+    if h not in table:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidValue, f"{what} {h:#x} is not live")
+    return h
+
+
+@_returns(1)
+def cudaGraphInstantiate(graph: object, flags: int) -> object:
+    dev = _state()
+    nodes = dev.graphs[_graph_handle(dev.graphs, graph, "graph")]
+    h = dev.new_handle()
+    dev.execs[h] = tuple(nodes)
+    return cudaGraphExec_t(h)
+
+
+@_returns(0)
+def cudaGraphLaunch(graphExec: object, stream: object) -> None:
+    dev = _state()
+    nodes = dev.execs[_graph_handle(dev.execs, graphExec, "graph exec")]
+
+    def replay() -> None:
+        for node in nodes:
+            node.work()
+
+    dev.submit(stream, replay, "cudaGraphLaunch")
+
+
+@_returns(0)
+def cudaGraphDestroy(graph: object) -> None:
+    dev = _state()
+    del dev.graphs[_graph_handle(dev.graphs, graph, "graph")]
+
+
+@_returns(0)
+def cudaGraphExecDestroy(graphExec: object) -> None:
+    dev = _state()
+    del dev.execs[_graph_handle(dev.execs, graphExec, "graph exec")]
+
+
+# -- events ------------------------------------------------------------------------------------
+def _event(handle: object) -> Event:
+    h = int(handle) if handle is not None else 0
+    if h not in _state().events:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, f"event {h:#x}")
+    return _state().events[h]
+
+
+@_returns(1)
+def cudaEventCreate() -> object:
+    h = _state().new_handle()
+    _state().events[h] = Event()
+    return cudaEvent_t(h)
+
+
+@_returns(0)
+def cudaEventDestroy(event: object) -> None:
+    _event(event)
+    del _state().events[int(event)]
+
+
+@_returns(0)
+def cudaEventRecord(event: object, stream: object) -> None:
+    ev, s = _event(event), _state().stream(stream)
+    ev.captured = s is not None and s.capture is not None
+
+    def record() -> None:
+        ev.time = time.perf_counter()
+
+    _state().submit(stream, record, "cudaEventRecord")
+
+
+@_returns(0)
+def cudaEventSynchronize(event: object) -> None:
+    _check_event_usable(_event(event))
+
+
+@_returns(0)
+def cudaEventQuery(event: object) -> None:
+    _check_event_usable(_event(event))
+
+
+def _check_event_usable(ev: Event) -> None:
+    # cudaErrorCapturedEvent: "The operation is not permitted on an event which was last
+    # recorded in a capturing stream."
+    if ev.captured:
+        raise CudaCallFailed(cudaError_t.cudaErrorCapturedEvent, "event recorded in a capture")
+
+
+@_returns(1)
+def cudaEventElapsedTime(start: object, end: object) -> float:
+    a, b = _event(start), _event(end)
+    for ev in (a, b):
+        _check_event_usable(ev)
+    # cudaEventElapsedTime: "If cudaEventRecord() has not been called on either event, then
+    # cudaErrorInvalidResourceHandle is returned."
+    if a.time is None or b.time is None:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, "event not recorded")
+    return (b.time - a.time) * 1e3

@@ -1,0 +1,241 @@
+"""The emulated device's state: memory, streams, stream capture, graphs and events.
+
+One :class:`Device` per process (:func:`device`), shared by the emulated runtime and driver
+APIs, the way a real GPU outlives any one ``with emulated_gpu():`` block. Work on a stream runs
+at once (the emulated device is synchronous) unless the stream is being captured; then
+:func:`submit` records it into the capture's graph and ``cudaGraphLaunch`` replays it.
+
+The capture rules cite the CUDA Programming Guide, "Prohibited and Unhandled Operations" and
+"Invalidation" (stream capture), and the ``cudaStreamBeginCapture`` reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cuda.bindings import runtime as _rt
+
+from trt_kv.emulator.memory import DeviceMemory, EmulatorError, is_device_pointer
+
+Err = _rt.cudaError_t
+Mode = _rt.cudaStreamCaptureMode
+LEGACY_STREAM = 0
+
+
+class CudaCallFailed(EmulatorError):
+    """A CUDA call returned ``code`` (a ``cudaError_t``) instead of cudaSuccess."""
+
+    def __init__(self, code: Err, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+
+
+@dataclass
+class Node:
+    """One recorded piece of stream work (a copy, a memset, a kernel, an engine enqueue)."""
+
+    what: str
+    work: Callable[[], None]
+
+
+@dataclass
+class Capture:
+    """An active stream capture: its mode, thread and recorded nodes."""
+
+    mode: Mode
+    thread: int
+    nodes: list[Node] = field(default_factory=list)
+    invalid: str | None = None  # why the capture was invalidated
+
+
+@dataclass
+class Stream:
+    handle: int
+    capture: Capture | None = None
+
+
+@dataclass
+class Event:
+    time: float | None = None  # perf_counter seconds of the last completed record
+    captured: bool = False  # last recorded into a capturing stream
+
+
+class Device:
+    """Memory, streams, graphs and events of the one emulated GPU."""
+
+    def __init__(self, capacity: int = 16 << 30) -> None:
+        self.memory = DeviceMemory(capacity)
+        self.streams: dict[int, Stream] = {}
+        self.graphs: dict[int, list[Node]] = {}
+        self.execs: dict[int, tuple[Node, ...]] = {}
+        self.events: dict[int, Event] = {}
+        self._handles = itertools.count(0x5EED_0001)
+
+    def new_handle(self) -> int:
+        """A fresh handle, never reused and never equal to another object's handle."""
+        return next(self._handles)
+
+    # -- streams and capture ---------------------------------------------------------------
+    def stream(self, handle: object) -> Stream | None:
+        """The stream for ``handle``; None for the legacy default stream (0).
+
+        Raises:
+            CudaCallFailed: cudaErrorInvalidResourceHandle for an unknown or destroyed stream.
+        """
+        h = int(handle) if handle is not None else LEGACY_STREAM
+        if h == LEGACY_STREAM:
+            return None
+        if h not in self.streams:
+            raise CudaCallFailed(
+                Err.cudaErrorInvalidResourceHandle, f"stream {h:#x} is not a live stream"
+            )
+        return self.streams[h]
+
+    def captures(self) -> list[Capture]:
+        return [s.capture for s in self.streams.values() if s.capture is not None]
+
+    def invalidate(self, captures: list[Capture], reason: str) -> None:
+        # "When an invalid operation is attempted during stream capture, any associated
+        # capture graphs are invalidated."
+        for c in captures:
+            c.invalid = c.invalid or reason
+
+    def check_legacy_stream(self, what: str) -> None:
+        """Refuse use of the legacy stream while a (blocking) stream is capturing.
+
+        "When any stream in the same context is being captured, and it was not created with
+        cudaStreamNonBlocking, any attempted use of the legacy stream is invalid." and "It is
+        therefore also invalid to call synchronous APIs in this case. Synchronous APIs, such as
+        cudaMemcpy(), enqueue work to the legacy stream and synchronize it before returning."
+        (every emulated stream is blocking: cudaStreamCreate makes blocking streams).
+        """
+        active = self.captures()
+        if active:
+            self.invalidate(active, f"{what} used the legacy stream")
+            raise CudaCallFailed(
+                Err.cudaErrorStreamCaptureImplicit,
+                f"{what}: the legacy stream is unusable while a stream is capturing",
+            )
+
+    def check_unsafe_call(self, what: str) -> None:
+        """Refuse a potentially unsafe call (cudaMalloc, cudaFree...) under capture.
+
+        cudaStreamBeginCapture, cudaStreamCaptureModeGlobal: "if the local thread has an ongoing
+        capture sequence that was not initiated with cudaStreamCaptureModeRelaxed at
+        cuStreamBeginCapture, or if any other thread has a concurrent capture sequence initiated
+        with cudaStreamCaptureModeGlobal, this thread is prohibited from potentially unsafe API
+        calls."
+        """
+        me = threading.get_ident()
+        bad = [
+            c
+            for c in self.captures()
+            if (c.thread == me and c.mode != Mode.cudaStreamCaptureModeRelaxed)
+            or (c.thread != me and c.mode == Mode.cudaStreamCaptureModeGlobal)
+        ]
+        if bad:
+            self.invalidate(bad, f"{what} during capture")
+            raise CudaCallFailed(
+                Err.cudaErrorStreamCaptureUnsupported, f"{what} is not permitted during capture"
+            )
+
+    def submit(self, stream: object, work: Callable[[], None], what: str) -> None:
+        """Run ``work`` on ``stream`` now, or record it when the stream is being captured.
+
+        Raises:
+            CudaCallFailed: unknown stream (cudaErrorInvalidResourceHandle); the legacy stream
+                during a capture (cudaErrorStreamCaptureImplicit); a capture already invalidated
+                (cudaErrorStreamCaptureInvalidated).
+        """
+        s = self.stream(stream)
+        if s is None:
+            self.check_legacy_stream(what)
+        elif s.capture is not None:
+            # "When a capture graph is invalidated, further use of any streams which are being
+            # captured ... is invalid and will return an error"
+            if s.capture.invalid:
+                raise CudaCallFailed(
+                    Err.cudaErrorStreamCaptureInvalidated,
+                    f"{what}: capture invalidated earlier ({s.capture.invalid})",
+                )
+            s.capture.nodes.append(Node(what, work))
+            return
+        work()
+
+    def check_sync(self, stream: object, what: str) -> None:
+        """Refuse to synchronize or query a capturing stream.
+
+        "It is invalid to synchronize or query the execution status of a stream which is being
+        captured or a captured event, because they do not represent items scheduled for
+        execution."
+        """
+        s = self.stream(stream)
+        if s is None:
+            self.check_legacy_stream(what)
+        elif s.capture is not None:
+            self.invalidate([s.capture], f"{what} of the capturing stream")
+            raise CudaCallFailed(
+                Err.cudaErrorStreamCaptureUnsupported,
+                f"{what}: the stream is being captured",
+            )
+
+    # -- copies ----------------------------------------------------------------------------
+    def copy_work(self, dst: int, src: int, count: int, kind: str) -> Callable[[], None]:
+        """Check a copy of ``count`` bytes now; return the work that performs it.
+
+        ``kind``: two letters, source and destination, ``H`` host or ``D`` device (``"HD"``
+        is host to device). Checked again when the work runs (a graph replay may run it after
+        a free).
+
+        Raises:
+            EmulatorError: a device side outside one live allocation, a host side that is a
+                device pointer or null, or overlapping device ranges.
+        """
+        dst, src, count = int(dst), int(src), int(count)
+        src_side, dst_side = kind
+
+        def addresses() -> tuple[int, int]:
+            s = self._side(src, count, src_side, "source")
+            d = self._side(dst, count, dst_side, "destination")
+            # cudaMemcpy: "The memory areas may not overlap."
+            if kind == "DD" and src < dst + count and dst < src + count:
+                raise EmulatorError(
+                    f"device copy [{src:#x}, +{count}) -> [{dst:#x}, +{count}): "
+                    "expected non-overlapping ranges, got an overlap"
+                )
+            return d, s
+
+        addresses()
+
+        def work() -> None:
+            d, s = addresses()
+            ctypes.memmove(d, s, count)
+
+        return work
+
+    def _side(self, ptr: int, count: int, side: str, role: str) -> int:
+        if side == "D":
+            return self.memory.host_address(ptr, count)
+        # cudaMemcpy: "Calling cudaMemcpy() with dst and src pointers that do not match the
+        # direction of the copy results in an undefined behavior." The emulator refuses.
+        if ptr == 0 or is_device_pointer(ptr):
+            raise EmulatorError(
+                f"copy {role} {ptr:#x}: expected a host pointer (the copy kind says host), "
+                f"got {'null' if ptr == 0 else 'a device pointer'}"
+            )
+        return ptr
+
+
+_DEVICE: Device | None = None
+
+
+def device() -> Device:
+    """The process's emulated GPU (created on first use)."""
+    global _DEVICE
+    if _DEVICE is None:
+        _DEVICE = Device()
+    return _DEVICE

@@ -1,0 +1,69 @@
+"""A thin layer-adding helper the decoder's block functions share (one call per layer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trt_kv import dtypes
+from trt_kv._trt import trt
+
+
+@dataclass
+class Graph:
+    """What every block function needs: the network, the compute dtype, live weight arrays."""
+
+    network: object
+    dtype: str
+    keep: list[np.ndarray] = field(default_factory=list)
+
+    def const(self, array: np.ndarray, dtype: str | None = None) -> object:
+        """A constant tensor of ``array`` in ``dtype`` (default: the compute dtype)."""
+        a = np.ascontiguousarray(array, dtype=dtypes.to_numpy(dtype or self.dtype))
+        self.keep.append(a)  # TensorRT reads the bytes at build time
+        w = trt.Weights(dtypes.to_trt(dtype or self.dtype), a.ctypes.data, a.size)
+        return self.network.add_constant(a.shape, w).get_output(0)
+
+    def eltwise(self, a: object, b: object, op: object) -> object:
+        return self.network.add_elementwise(a, b, op).get_output(0)
+
+    def mul(self, a: object, b: object) -> object:
+        return self.eltwise(a, b, trt.ElementWiseOperation.PROD)
+
+    def add(self, a: object, b: object) -> object:
+        return self.eltwise(a, b, trt.ElementWiseOperation.SUM)
+
+    def shuffle(
+        self,
+        x: object,
+        reshape: tuple[int, ...],
+        first: tuple[int, ...] | None = None,
+        second: tuple[int, ...] | None = None,
+    ) -> object:
+        """Transpose ``first``, reshape (0 copies an input dim, -1 infers one), transpose
+        ``second``."""
+        layer = self.network.add_shuffle(x)
+        if first is not None:
+            layer.first_transpose = first
+        layer.reshape_dims = reshape
+        if second is not None:
+            layer.second_transpose = second
+        return layer.get_output(0)
+
+    def cast(self, x: object, dtype: str) -> object:
+        if dtypes.name_of(x.dtype) == dtype:
+            return x
+        return self.network.add_cast(x, dtypes.to_trt(dtype)).get_output(0)
+
+    def gather(self, data: object, indices: object, axis: int) -> object:
+        return self.network.add_gather(data, indices, axis).get_output(0)
+
+    def matmul(self, a: object, b: object, transpose_b: bool = False) -> object:
+        """``a @ b`` (or ``a @ b^T``); batch dimensions of size 1 broadcast."""
+        op_b = trt.MatrixOperation.TRANSPOSE if transpose_b else trt.MatrixOperation.NONE
+        return self.network.add_matrix_multiply(a, trt.MatrixOperation.NONE, b, op_b).get_output(0)
+
+    def linear(self, x: object, w: object) -> object:
+        """``x [.., In] @ w[Out, In]^T -> [.., Out]``; ``w`` a constant of matching rank."""
+        return self.matmul(x, w, transpose_b=True)
