@@ -120,3 +120,33 @@ def test_text_prompt_is_tokenized_and_the_output_decoded(tiny_model, capsys):
     assert len(ids) == 4
     assert out["text"] == [" ".join(f"w{i}" for i in ids)]
     assert streamed == out["text"][0] + "\n"  # streamed piece by piece: "w5", " w17", ...
+
+
+def test_generation_stops_at_the_folders_eos_unless_ignore_eos(tiny_model, capsys):
+    args = ["--model", str(tiny_model), "--prompt-ids", "1,2,3", "--max-new-tokens", "6"]
+    free = run_json(capsys, *args, "--backend", "reference")["ids"][0]
+    stop = free[2] if free[2] not in free[:2] else free[0]
+    (tiny_model / "generation_config.json").write_text(json.dumps({"eos_token_id": [stop]}))
+    try:
+        stopped = run_json(capsys, *args, "--backend", "reference")["ids"][0]
+        ignored = run_json(capsys, *args, "--backend", "reference", "--ignore-eos")["ids"][0]
+    finally:
+        (tiny_model / "generation_config.json").unlink()
+    assert stopped == free[: free.index(stop) + 1]
+    assert ignored == free
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--prompt", "hi", "--prompt-ids", "1,2"],
+            "--prompt-ids: expected --prompt-ids or --prompt, got both",
+        ),
+        (["--chat"], "--chat: expected --prompt TEXT as well, got none"),
+    ],
+    ids=["prompt_and_ids", "chat_without_prompt"],
+)
+def test_contradicting_prompt_options_are_one_line_errors(argv, message, capsys):
+    assert main(["generate", *argv]) == 2
+    assert capsys.readouterr().err == f"trt-kv: error: {message}\n"

@@ -22,7 +22,8 @@ GPU_BACKENDS = ("tensorrt", "polygraphy")
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
-    common.add_model_arguments(p)
+    step = "longest prompt per step (None: the longest prompt given, at least 64)"
+    common.add_model_arguments(p, helps={"max_step_tokens": step})
     p.add_argument(
         "--prompt-ids", help=f"token ids, ';' per prompt (default: {DEFAULT_PROMPT_IDS})"
     )
@@ -63,6 +64,14 @@ def _parse_ids(text: str) -> list[list[int]]:
         raise TrtKvError(f"--prompt-ids: expected '1,2,3;4,5', got {text!r}") from e
 
 
+def check_prompt_options(args: argparse.Namespace) -> None:
+    """Refuse prompt options that contradict each other (before any model is loaded)."""
+    if args.prompt is not None and args.prompt_ids is not None:
+        raise TrtKvError("--prompt-ids: expected --prompt-ids or --prompt, got both")
+    if args.chat and args.prompt is None:
+        raise TrtKvError("--chat: expected --prompt TEXT as well, got none")
+
+
 def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
     """``(prompt ids, tokenizer or None)``: ``--prompt`` texts (chat-templated with
     ``--chat``) through the model's tokenizer, else ``--prompt-ids``.
@@ -73,9 +82,8 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
     """
     from trt_kv.errors import ConfigError
 
+    check_prompt_options(args)
     if args.prompt is None:
-        if args.chat:
-            raise TrtKvError("--chat: expected --prompt TEXT as well, got none")
         try:
             tokenizer = model.checkpoint.tokenizer()
         except ConfigError:
@@ -199,8 +207,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    check_prompt_options(args)
     model = load_model(args.model, progress=not args.quiet)
     prompts, tokenizer = prompts_of(args, model)
+    if args.max_step_tokens is None:  # room for the longest prompt in one step
+        args.max_step_tokens = min(args.max_seq_len, max(64, *map(len, prompts)))
     backend = make_backend(args, model.name, model.config, model.weights, len(prompts))
     generate_and_print(args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids)
     return 0
