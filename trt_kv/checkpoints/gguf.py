@@ -26,6 +26,7 @@ class GgufArchitecture:
     keys (``{arch}.<key>`` -> config key), and tensor names."""
 
     model_type: str
+    hf_architecture: str  # config.json "architectures"
     metadata: dict[str, str]
     tensors: dict[str, str]  # GGUF name -> HF name
     block_tensors: dict[str, str]  # "blk.{i}.<name>" -> "model.layers.{i}.<name>"
@@ -33,6 +34,7 @@ class GgufArchitecture:
 
 _LLAMA = GgufArchitecture(
     model_type="llama",
+    hf_architecture="LlamaForCausalLM",
     metadata={
         "block_count": "num_hidden_layers",
         "context_length": "max_position_embeddings",
@@ -120,7 +122,7 @@ def _open(path: Path) -> object:
 
 def _config(fields: _Fields, arch_name: str, arch: GgufArchitecture, has_head: bool) -> dict:
     """Hugging Face ``config.json`` keys from the ``{arch}.*`` metadata."""
-    config: dict = {"model_type": arch.model_type, "architectures": ["LlamaForCausalLM"]}
+    config: dict = {"model_type": arch.model_type, "architectures": [arch.hf_architecture]}
     for key, hf_key in arch.metadata.items():
         value = fields.get(f"{arch_name}.{key}")
         if value is not None:

@@ -49,7 +49,9 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-MAX_NEW_TOKENS_HELP = "tokens to generate per prompt (default: 8, or 64 with --prompt)"
+MAX_NEW_TOKENS_HELP = (
+    "tokens to generate per prompt (default: 8, or 64 with --prompt; at most what fits S_max)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,7 +174,8 @@ def generate_and_print(
 
     text_mode = args.prompt is not None and not args.json
     stream = _Stream(tokenizer) if text_mode and len(prompts) == 1 else None
-    max_new = args.max_new_tokens or (64 if args.prompt is not None else 8)
+    room = args.max_seq_len - max(map(len, prompts)) + 1  # what fits in S_max
+    max_new = args.max_new_tokens or max(1, min(64 if args.prompt is not None else 8, room))
     result = generate(
         Session(backend),
         prompts,
