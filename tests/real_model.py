@@ -71,11 +71,12 @@ def hf_tokenizer(smollm2_gguf):
 def hf_saved_folder(hf_smollm2, hf_tokenizer, tmp_path_factory):
     """The folder transformers' ``save_pretrained`` writes for that model and tokenizer.
 
-    The GGUF quantizer is detached first (transformers refuses to save a model loaded from
-    GGUF while it is attached); the weights are the dequantized float32 ones.
+    The weights are already dequantized (float32); what transformers' own ``dequantize()``
+    does last, removing the GGUF quantizer and its ``quantization_config``, is done first,
+    since transformers refuses to save a model while a GGUF quantizer is attached.
     """
     folder = tmp_path_factory.mktemp("smollm2_saved")
-    hf_smollm2.hf_quantizer = None
+    hf_smollm2.hf_quantizer.remove_quantization_config(hf_smollm2)
     hf_smollm2.save_pretrained(folder)
     hf_tokenizer.save_pretrained(folder)
     return folder

@@ -8,6 +8,7 @@ against the input.
 """
 
 import dataclasses
+import json
 
 import ml_dtypes
 import numpy as np
@@ -22,6 +23,7 @@ from transformers.integrations.gguf.dequant import dequantize as hf_dequantize
 
 from trt_kv.checkpoints import read_gguf
 from trt_kv.checkpoints.gguf import unpermute_rows
+from trt_kv.cli import main
 from trt_kv.errors import ConfigError
 from trt_kv.models.llama import LlamaConfig
 
@@ -151,11 +153,11 @@ def tiny_llama_gguf(tmp_path_factory):
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     folder = tmp_path_factory.mktemp("tiny_gguf")
     write_gguf(folder / "tiny.gguf", "llama", llama_metadata(TINY), llama_gguf_tensors(state, TINY))
-    return folder, state
+    return folder, state, model
 
 
 def test_llama_gguf_gives_the_hugging_face_tensors(tiny_llama_gguf):
-    folder, state = tiny_llama_gguf
+    folder, state, _ = tiny_llama_gguf
     tensors = read_gguf(folder / "tiny.gguf").tensors
     assert sorted(tensors) == sorted(state)
     for name, array in state.items():
@@ -163,7 +165,7 @@ def test_llama_gguf_gives_the_hugging_face_tensors(tiny_llama_gguf):
 
 
 def test_llama_gguf_equals_what_transformers_loads_from_it(tiny_llama_gguf):
-    folder, _ = tiny_llama_gguf
+    folder, _, _ = tiny_llama_gguf
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         folder, gguf_file="tiny.gguf", dtype=torch.float32
     )
@@ -173,10 +175,26 @@ def test_llama_gguf_equals_what_transformers_loads_from_it(tiny_llama_gguf):
 
 
 def test_llama_gguf_config_reads_into_the_same_shape(tiny_llama_gguf):
-    folder, _ = tiny_llama_gguf
+    folder, _, _ = tiny_llama_gguf
     config = LlamaConfig.from_hf(read_gguf(folder / "tiny.gguf").config)
     eps = float(np.float32(TINY_CONFIG.rms_norm_eps))  # GGUF stores float32
     assert config == dataclasses.replace(TINY_CONFIG, rms_norm_eps=eps)
+
+
+def test_trt_kv_generate_on_a_gguf_file_gives_hugging_face_greedy_ids(tiny_llama_gguf, capsys):
+    folder, _, model = tiny_llama_gguf
+    prompt = [5, 17, 3, 42]
+    expected = model.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, 4, dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=6,
+        eos_token_id=None,
+        pad_token_id=0,
+    )[0, 4:].tolist()
+    argv = ["generate", "--model", str(folder / "tiny.gguf"), "--prompt-ids", "5,17,3,42"]
+    assert main([*argv, "--max-new-tokens", "6", "--backend", "reference", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ids"] == [expected]
 
 
 @pytest.mark.parametrize("shape", [(4 * 8, 5), (2 * 6,)], ids=["matrix", "bias"])
@@ -217,7 +235,7 @@ def test_llama31_rope_factors_are_refused(tmp_path):
 
 
 def test_attention_biases_reach_the_config_and_are_refused(tmp_path, tiny_llama_gguf):
-    _, state = tiny_llama_gguf
+    _, state, _ = tiny_llama_gguf
     tensors = llama_gguf_tensors(state, TINY)
     tensors["blk.0.attn_q.bias"] = np.zeros(4 * 8, np.float32)
     path = write_gguf(tmp_path / "b.gguf", "llama", llama_metadata(TINY), tensors)

@@ -97,6 +97,12 @@ def test_generate_prompt_on_the_default_model_json_gives_ids_and_text(
     assert out["text"] == [hf_tokenizer.decode(PLAIN_IDS[:6], skip_special_tokens=True)]
 
 
+def test_saved_folder_config_is_the_one_of_issue_11(hf_saved_folder):
+    from test_llama_config_keys import SAVED_FROM_GGUF
+
+    assert json.loads((hf_saved_folder / "config.json").read_text()) == SAVED_FROM_GGUF
+
+
 def test_saved_folder_builds_unchanged(hf_saved_folder, tmp_path, capsys):
     argv = ["build", "--model", str(hf_saved_folder), "--out", str(tmp_path)]
     argv += ["--max-seq-len", "64", "--max-batch", "1", "--max-step-tokens", "40"]
@@ -109,7 +115,7 @@ def test_saved_folder_chat_streams_the_hugging_face_answer_and_stops_at_eos(
     hf_saved_folder, hf_tokenizer, capsys
 ):
     argv = ["generate", "--model", str(hf_saved_folder), "--prompt", CHAT_QUESTION, "--chat"]
-    argv += ["--backend", "reference", "--max-seq-len", "64"]
+    argv += ["--backend", "reference", "--max-seq-len", "64", "--max-new-tokens", "16"]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out == hf_tokenizer.decode(CHAT_IDS[:8], skip_special_tokens=True) + "\n"
