@@ -26,9 +26,13 @@ def test_text_shows_tensors_with_profiles_aliases_recipe_and_checksum(engine):
     rows = {
         line.split()[0]: line.split(None, 3)[3] for line in out.splitlines() if "  input  " in line
     }
-    # [B, N_kv, S_max, H] = [-1, 2, 32, 8]; profile B in 1..2, opt at decode (B max)
-    assert rows["past_key.0"] == "[-1, 2, 32, 8]  [1, 2, 32, 8]  [2, 2, 32, 8]  [2, 2, 32, 8]"
-    assert rows["input_ids"] == "[-1, -1]        [1, 1]         [2, 1]         [2, 8]"
+    # [B, N_kv, S_max, H] = [-1, 2, 32, 8]; profiles decode (S = 1) then prefill (S <= 8),
+    # B in 1..2 in both (min, opt, max each)
+    cache = "[1, 2, 32, 8]  [2, 2, 32, 8]  [2, 2, 32, 8]"
+    assert rows["past_key.0"] == f"[-1, 2, 32, 8]  {cache}  {cache}"
+    assert " ".join(rows["input_ids"].split()) == (
+        "[-1, -1] [1, 1] [2, 1] [2, 1] [1, 1] [2, 8] [2, 8]"
+    )
     assert "past_value.1  present_value.1  [-1, 2, 32, 8]  float16" in out
     assert "layers: not shown, needs a GPU to deserialize the engine" in out
 

@@ -93,14 +93,17 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
     meta = EngineMeta.from_json(json.loads(side.read_text()))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     md = dict(meta.metadata)
-    profiles = {name: p.shapes[name] for p in meta.profiles for name in p.shapes}
     tensors = [
         {
             "name": t.name,
             "mode": mode,
             "dtype": t.dtype,
             "shape": list(t.shape),
-            "profile": [list(s) for s in profiles[t.name]] if t.name in profiles else None,
+            "profiles": {  # profile name -> [min, opt, max] (engines may hold several)
+                p.name: [list(s) for s in p.shapes[t.name]]
+                for p in meta.profiles
+                if t.name in p.shapes
+            },
         }
         for mode, group in (("input", meta.inputs), ("output", meta.outputs))
         for t in group
@@ -157,10 +160,21 @@ def format_report(r: dict) -> str:
             f"S_max={mem['engine_max_seq_len']}, {mem['bytes_per_token']:,} bytes per token; "
             f"batch {mem['batch']} at S_max={mem['max_seq_len']}: {_mib(mem['bytes'])}"
         )
-    head = ("tensor", "mode", "dtype", "shape", "min", "opt", "max")
+    head = ("tensor", "mode", "dtype", "shape")
+    for name in r["profiles"]:
+        head += (f"{name}: min", "opt", "max")
     body = [
-        (t["name"], t["mode"], t["dtype"], _shape(t["shape"]))
-        + (tuple(_shape(s) for s in t["profile"]) if t["profile"] else ("", "", ""))
+        (
+            t["name"],
+            t["mode"],
+            t["dtype"],
+            _shape(t["shape"]),
+            *(
+                _shape(s) if p in t["profiles"] else ""
+                for p in r["profiles"]
+                for s in t["profiles"].get(p, ("", "", ""))
+            ),
+        )
         for t in r["tensors"]
     ]
     lines += ["", common.table(head, body), ""]
