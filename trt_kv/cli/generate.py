@@ -14,10 +14,13 @@ if TYPE_CHECKING:
     from trt_kv.examples import Model
 
 HELP = "generate tokens for prompts on a chosen backend"
-EXAMPLE = 'trt-kv generate --prompt-ids "1,2,3;4,5" --max-new-tokens 8 --backend interpreter'
+EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --backend interpreter'
 DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
 GPU_BACKENDS = ("tensorrt", "polygraphy")
+MAX_NEW_TOKENS_HELP = (
+    "tokens to generate per prompt (default: 8, or 64 with --prompt; at most what fits S_max)"
+)
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,11 +50,6 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="one JSON line: backend, ids, text, tokens/s"
     )
-
-
-MAX_NEW_TOKENS_HELP = (
-    "tokens to generate per prompt (default: 8, or 64 with --prompt; at most what fits S_max)"
-)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
