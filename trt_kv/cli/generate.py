@@ -65,11 +65,14 @@ def _parse_ids(text: str) -> list[list[int]]:
 
 
 def check_prompt_options(args: argparse.Namespace) -> None:
-    """Refuse prompt options that contradict each other (before any model is loaded)."""
+    """Refuse prompt options that contradict each other or do not parse (before any model
+    is loaded)."""
     if args.prompt is not None and args.prompt_ids is not None:
         raise TrtKvError("--prompt-ids: expected --prompt-ids or --prompt, got both")
     if args.chat and args.prompt is None:
         raise TrtKvError("--chat: expected --prompt TEXT as well, got none")
+    if args.prompt is None:
+        _parse_ids(args.prompt_ids or DEFAULT_PROMPT_IDS)  # a typo fails before loading
 
 
 def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
