@@ -12,7 +12,7 @@ from trt_kv.builder import (
     cache_aliases,
     create_network,
 )
-from trt_kv.errors import DTypeError, NetworkError, ShapeError
+from trt_kv.errors import ArgumentError, DTypeError, NetworkError, ShapeError
 
 B, N, S_MAX, H = 2, 3, 16, 8
 
@@ -296,3 +296,143 @@ def test_packed_lengths_must_be_int32():
         ),
         net,
     )
+
+
+def _io(net):
+    inputs = [net.get_input(i).name for i in range(net.num_inputs)]
+    return inputs, [net.get_output(i).name for i in range(net.num_outputs)]
+
+
+@pytest.mark.parametrize("name", ["past", "update", "write_indices"])
+def test_output_name_of_a_network_input_is_refused(name):
+    _, net, cache, update, idx = _padded()
+    _raises(
+        NetworkError,
+        f"output_name: expected a name no network input or output has, got {name}",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name=name),
+        net,
+    )
+
+
+def test_output_name_of_another_output_is_refused():
+    _, net, cache, update, idx = _padded()
+    add_kv_cache_update(net, cache, update, idx, output_name="present")
+    other = add_cache_input(
+        net, "past2", num_heads=N, max_seq_len=S_MAX, head_dim=H, dtype="float16", batch=B
+    )
+    _raises(
+        NetworkError,
+        "output_name: expected a name no network input or output has, got present",
+        lambda: add_kv_cache_update(net, other, update, idx, output_name="present"),
+        net,
+    )
+
+
+def test_output_name_held_by_an_inner_tensor_is_refused_by_its_real_name():
+    _, net, cache, update, idx = _padded()
+    inner = net.add_identity(update).get_output(0)
+    inner.name = "taken"
+    with pytest.raises(NetworkError, match="output_name: expected a name no other tensor has"):
+        add_kv_cache_update(net, cache, update, idx, output_name="taken")
+    assert _io(net)[1] == []  # nothing marked: no alias names a missing tensor
+
+
+def test_alias_names_the_real_tensors():
+    _, net, cache, update, idx = _padded()
+    done = add_kv_cache_update(net, cache, update, idx, output_name="present")
+    inputs, outputs = _io(net)
+    assert done.alias.input in inputs and done.alias.output in outputs
+    assert done.alias.output == done.output.name == "present"
+    assert cache_aliases(net) == [done.alias]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "match"),
+    [
+        ({"num_heads": 0}, "c num_heads: expected an integer >= 1, got 0"),
+        ({"head_dim": 0}, "c head_dim: expected an integer >= 1, got 0"),
+        ({"head_dim": -3}, "c head_dim: expected an integer >= 1, got -3"),
+        ({"max_seq_len": 0}, "c max_seq_len: expected an integer >= 1, got 0"),
+        ({"max_seq_len": 8.0}, "c max_seq_len: expected an integer, got 8.0"),
+        ({"batch": 0}, "c batch: expected an integer >= 1, got 0"),
+    ],
+)
+def test_cache_input_sizes_must_be_positive_integers(sizes, match):
+    _, net = create_network()
+    args = {"num_heads": N, "max_seq_len": S_MAX, "head_dim": H, "dtype": "float16", **sizes}
+    with pytest.raises(ArgumentError, match=match):
+        add_cache_input(net, "c", **args)
+    assert net.num_inputs == 0
+
+
+def test_duplicate_cache_input_name_is_refused():
+    _, net, *_ = _padded()
+    with pytest.raises(NetworkError, match=r"past: expected a name no other network input has"):
+        add_cache_input(net, "past", num_heads=N, max_seq_len=S_MAX, head_dim=H, dtype="float16")
+    assert net.num_inputs == 3
+
+
+def test_zero_head_size_in_a_hand_made_cache_is_refused():
+    _, net, _, update, idx = _padded()
+    cache = net.add_input("zero_h", trt.float16, (B, N, S_MAX, 0))
+    _raises(
+        ShapeError,
+        r"zero_h: expected H \(axis 3\) a positive size \(or -1\), got 0",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o"),
+        net,
+    )
+
+
+def test_unknown_method_is_refused_before_anything_is_added():
+    _, net, cache, update, idx = _padded()
+    _raises(
+        ArgumentError,
+        "method: expected one of",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="o", method="fast"),
+        net,
+    )
+
+
+def test_model_caches_refuse_bad_sizes_and_a_second_call():
+    _, net = create_network()
+    with pytest.raises(ArgumentError, match="num_layers: expected an integer >= 1, got 0"):
+        add_model_caches(net, num_layers=0, num_kv_heads=N, head_dim=H, max_seq_len=S_MAX)
+    with pytest.raises(DTypeError, match="index_dtype: expected one of"):
+        add_model_caches(
+            net, num_layers=1, num_kv_heads=N, head_dim=H, max_seq_len=S_MAX, index_dtype="int8"
+        )
+    assert net.num_inputs == 0
+    add_model_caches(net, num_layers=1, num_kv_heads=N, head_dim=H, max_seq_len=S_MAX)
+    with pytest.raises(NetworkError, match="network: expected no model caches yet"):
+        add_model_caches(net, num_layers=1, num_kv_heads=N, head_dim=H, max_seq_len=S_MAX)
+
+
+def test_profile_growing_a_padded_update_past_s_max_is_refused():
+    builder, net, cache, update, idx = _padded()
+    add_kv_cache_update(net, cache, update, idx, output_name="present")
+    too_wide = Profile("p", {"update": ((B, N, 1, H), (B, N, 1, H), (B, N, S_MAX + 1, H))})
+    with pytest.raises(
+        ShapeError, match=rf"update in profile 'p': expected max S \(axis 2\) <= S_max = {S_MAX}"
+    ):
+        build_engine(builder, net, [too_wide])
+
+
+def test_profile_with_min_above_max_or_negative_sizes_is_refused():
+    builder, net, cache, update, idx = _padded()
+    add_kv_cache_update(net, cache, update, idx, output_name="present")
+    upside_down = Profile("p", {"update": ((B, N, 4, H), (B, N, 2, H), (B, N, 1, H))})
+    with pytest.raises(ShapeError, match="expected min <= opt <= max on every axis"):
+        build_engine(builder, net, [upside_down])
+    negative = Profile("p", {"update": ((B, N, -1, H), (B, N, 1, H), (B, N, 2, H))})
+    with pytest.raises(ShapeError, match="expected sizes that are integers >= 0"):
+        build_engine(builder, net, [negative])
+
+
+def test_build_options_are_checked():
+    builder, net, cache, update, idx = _padded()
+    add_kv_cache_update(net, cache, update, idx, output_name="present")
+    profile = Profile("p", {"update": ((B, N, 1, H), (B, N, 1, H), (B, N, S_MAX, H))})
+    with pytest.raises(ArgumentError, match=r"optimization_level: expected an integer in \[0, 5\]"):
+        build_engine(builder, net, [profile], optimization_level=9)
+    with pytest.raises(ArgumentError, match="profiles: expected a list of Profile"):
+        build_engine(builder, net, profile)

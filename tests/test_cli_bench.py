@@ -5,6 +5,8 @@ import json
 import pytest
 from cli_user import run_cli, write_tiny_model
 
+from trt_kv.runtime.cuda import gpu_unavailable_reason
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -47,3 +49,11 @@ def test_table_has_prefill_and_decode_columns(tiny):
     for col in ("prefill ms (min-max)", "prefill tok/s", "decode ms/step (min-max)", "cache MiB"):
         assert col in out[0]
     assert out[2].split()[:4] == ["interpreter", "2", "6", "9"]
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_a_gpu_backend_without_a_gpu_is_one_error_line_before_any_weights_load():
+    out = run_cli("bench", "--backend", "tensorrt", check=False)
+    assert out.returncode == 2
+    assert out.stderr.startswith("trt-kv: error: --backend tensorrt: expected a CUDA GPU, got ")
+    assert len(out.stderr.splitlines()) == 1

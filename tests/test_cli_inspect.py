@@ -92,3 +92,18 @@ def test_a_missing_engine_is_one_error_line(tmp_path):
         f"trt-kv: error: {tmp_path / 'none.engine'}: expected an existing file present, "
         "got missing\n"
     )
+
+
+def test_a_static_batch_is_the_default_batch_of_the_cache_total(tmp_path):
+    run_cli("build", "--no-model", "--out", tmp_path, "-q")
+    out = run_cli("inspect", tmp_path / "kv_cache_doc_example.engine", "--json").stdout
+    # the doc example's cache [4, 2, 8, 1] float32: 2 * 8 * 1 * 4 = 64 bytes per slot
+    assert json.loads(out)["cache_memory"] == {
+        "caches": 1,
+        "engine_max_seq_len": 8,
+        "bytes_per_slot": 64,
+        "bytes_per_token": 8,
+        "batch": 4,
+        "max_seq_len": 8,
+        "bytes": 256,
+    }

@@ -101,3 +101,74 @@ def test_deserialized_engine_aliases_agree_with_sidecar(llama_engine):
     check_engine_aliases(engine, meta)
     for alias in meta.aliases:
         assert engine.get_aliased_input_tensor(alias.output) == alias.input
+
+
+def _copy(doc_engine, tmp_path, sidecar_bytes, name="e.engine"):
+    path = tmp_path / name
+    path.write_bytes(doc_engine.path.read_bytes())
+    sidecar_path(path).write_bytes(sidecar_bytes)
+    return path
+
+
+def _edited(doc_engine, edit):
+    side = json.loads(sidecar_path(doc_engine.path).read_text())
+    edit(side)
+    return json.dumps(side).encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"", r"e\.engine\.json: expected a JSON sidecar, got Expecting value"),
+        (b"{not json", r"e\.engine\.json: expected a JSON sidecar"),
+        (b"\xff\xfe{}", r"e\.engine\.json: expected UTF-8 text, got invalid start byte"),
+        (b"[1, 2]", r"e\.engine\.json: sidecar: expected a JSON object, got list"),
+        (b"{}", r"sidecar: expected fields \['format', .*got no \['format', "),
+    ],
+)
+def test_malformed_sidecar_is_an_engine_file_error(doc_engine, tmp_path, content, match):
+    with pytest.raises(EngineFileError, match=match):
+        load_engine_file(_copy(doc_engine, tmp_path, content))
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda d: d.pop("sha256"), r"got no \['sha256'\]"),
+        (lambda d: d.update(format=2), "sidecar: expected format 1, got 2"),
+        (lambda d: d.update(bytes="12"), r"sidecar field 'bytes': expected type int, got '12'"),
+        (lambda d: d.update(inputs=[{"name": "x"}]), r"well-formed .* got KeyError\('shape'\)"),
+        (lambda d: d.update(alias_pairs=[7]), "well-formed alias"),
+        (
+            lambda d: d.update(metadata=[]),
+            r"sidecar field 'metadata': expected type dict, got \[\]",
+        ),
+    ],
+)
+def test_sidecar_missing_or_mistyped_fields_are_refused(doc_engine, tmp_path, edit, match):
+    with pytest.raises(EngineFileError, match=match) as info:
+        load_engine_file(_copy(doc_engine, tmp_path, _edited(doc_engine, edit)))
+    assert "e.engine.json" in str(info.value)
+
+
+def test_malformed_sidecar_keeps_the_library_error_as_cause(doc_engine, tmp_path):
+    with pytest.raises(EngineFileError) as info:
+        load_engine_file(_copy(doc_engine, tmp_path, b"{oops"))
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+
+
+def test_engine_size_is_checked_against_the_sidecar(doc_engine, tmp_path):
+    content = _edited(doc_engine, lambda d: d.update(bytes=d["bytes"] + 1))
+    with pytest.raises(EngineFileError, match=r"expected size in bytes \(from the sidecar\)"):
+        load_engine_file(_copy(doc_engine, tmp_path, content))
+
+
+def test_saving_under_a_file_is_an_engine_file_error(doc_engine, tmp_path):
+    from trt_kv.builder import BuiltEngine
+    from trt_kv.engine_file import save_engine
+
+    (tmp_path / "a_file").write_text("x")
+    built = BuiltEngine(doc_engine.path.read_bytes(), 0.0)
+    with pytest.raises(EngineFileError, match="expected a writable location") as info:
+        save_engine(tmp_path / "a_file" / "e.engine", built, doc_engine.meta)
+    assert isinstance(info.value.__cause__, OSError)

@@ -128,3 +128,41 @@ def test_property_written_window_equals_update_and_rest_is_bit_identical(case):
         out.view(np.uint8)[~written.repeat(np.dtype(dtype).itemsize, -1)]
         == cache.view(np.uint8)[~written.repeat(np.dtype(dtype).itemsize, -1)]
     ).all()
+
+
+def test_negative_write_index_message_states_the_broken_condition():
+    with pytest.raises(
+        CacheOverflowError, match=r"write_indices\[0\]: expected an index >= 0, got -1"
+    ):
+        kv_cache_update(DOC_CACHE, DOC_UPDATE, np.array([-1, 1, 1, 3], np.int32))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.bool_, np.int32, np.float64])
+def test_cache_dtypes_the_layer_does_not_take_are_refused(dtype):
+    cache, update = DOC_CACHE.astype(dtype), DOC_UPDATE.astype(dtype)
+    with pytest.raises(
+        DTypeError, match=r"cache: expected dtype \('float32', 'float16', 'bfloat16'\), got "
+    ):
+        kv_cache_update(cache, update, DOC_WRITE_INDICES)
+
+
+def test_float_update_lengths_are_refused():
+    packed = np.zeros((16, 2, 1), np.float32)
+    lengths = np.array([0.0, 4.0, 8.0, 12.0, 16.0])
+    with pytest.raises(DTypeError, match=r"update_lengths: expected dtype .*got float64"):
+        kv_cache_update(DOC_CACHE, packed, DOC_WRITE_INDICES, lengths)
+
+
+def test_index_lists_are_accepted_as_int64():
+    out = kv_cache_update(DOC_CACHE, DOC_UPDATE, [2, 1, 1, 3])
+    np.testing.assert_array_equal(out, DOC_EXPECTED)
+    packed = DOC_UPDATE[..., 0].transpose(0, 2, 1).reshape(16, 2)[..., None]
+    out = kv_cache_update(DOC_CACHE, packed, [2, 1, 1, 3], [0, 4, 8, 12, 16])
+    np.testing.assert_array_equal(out, DOC_EXPECTED)
+
+
+def test_cache_or_update_as_a_list_is_refused_by_name():
+    with pytest.raises(DTypeError, match="cache: expected a NumPy array, got list"):
+        kv_cache_update(DOC_CACHE.tolist(), DOC_UPDATE, DOC_WRITE_INDICES)
+    with pytest.raises(DTypeError, match="update: expected a NumPy array, got list"):
+        kv_cache_update(DOC_CACHE, DOC_UPDATE.tolist(), DOC_WRITE_INDICES)

@@ -7,6 +7,7 @@ executor of built networks) are the two independent checks beside it.
 
 from trt_kv import _trt  # cheap: points Polygraphy at our module; TensorRT loads lazily
 from trt_kv.errors import (
+    ArgumentError,
     CacheOverflowError,
     ConfigError,
     DTypeError,
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FEATURES",
+    "ArgumentError",
     "CacheOverflowError",
     "ConfigError",
     "DTypeError",

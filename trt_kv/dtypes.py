@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 
 from trt_kv._trt import trt
+from trt_kv.errors import DTypeError, mismatch
 
 # name -> (TensorRT dtype, NumPy dtype)
 _TABLE: dict[str, tuple[object, np.dtype]] = {
@@ -21,21 +22,33 @@ _BY_TRT = {v[0]: k for k, v in _TABLE.items()}
 
 
 def name_of(dtype: object) -> str:
-    """Canonical name of a TensorRT or NumPy dtype (``"float16"``...)."""
+    """Canonical name of a TensorRT or NumPy dtype (``"float16"``...); DTypeError for any
+    other type."""
     if dtype in _BY_TRT:
         return _BY_TRT[dtype]
-    np_dtype = np.dtype(dtype)
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError as err:
+        raise DTypeError(mismatch("dtype", "one of", sorted(_TABLE), dtype)) from err
     for key, (_, value) in _TABLE.items():
         if value == np_dtype:
             return key
-    raise TypeError(f"dtype: expected one of {sorted(_TABLE)}, got {dtype}")
+    raise DTypeError(mismatch("dtype", "one of", sorted(_TABLE), dtype))
 
 
 def to_trt(dtype: object) -> object:
     """TensorRT dtype for a name, NumPy dtype or TensorRT dtype."""
-    return _TABLE[name_of(dtype) if not isinstance(dtype, str) else dtype][0]
+    return _TABLE[_key(dtype)][0]
 
 
 def to_numpy(dtype: object) -> np.dtype:
     """NumPy dtype for a name, NumPy dtype or TensorRT dtype (bfloat16 via ml_dtypes)."""
-    return _TABLE[name_of(dtype) if not isinstance(dtype, str) else dtype][1]
+    return _TABLE[_key(dtype)][1]
+
+
+def _key(dtype: object) -> str:
+    if isinstance(dtype, str):
+        if dtype not in _TABLE:
+            raise DTypeError(mismatch("dtype", "one of", sorted(_TABLE), repr(dtype)))
+        return dtype
+    return name_of(dtype)

@@ -21,6 +21,18 @@ from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, cache_update_laye
 from trt_kv.errors import EngineFileError, mismatch
 
 FORMAT = 1
+REQUIRED_FIELDS = (
+    "format",
+    "trt_module",
+    "trt_version",
+    "sha256",
+    "bytes",
+    "alias_pairs",
+    "write_indices",
+    "inputs",
+    "outputs",
+    "profiles",
+)
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "engines"
 
 
@@ -70,21 +82,42 @@ class EngineMeta:
 
     @classmethod
     def from_json(cls, d: dict) -> EngineMeta:
+        """Parse a sidecar dict.
+
+        Raises:
+            EngineFileError: a missing field, a field of the wrong type, or a ``format``
+                other than this trt_kv's.
+        """
+        if not isinstance(d, dict):
+            raise EngineFileError(mismatch("sidecar", "a JSON object", "", type(d).__name__))
+        missing = [k for k in REQUIRED_FIELDS if k not in d]
+        if missing:
+            raise EngineFileError(
+                mismatch("sidecar", "fields", list(REQUIRED_FIELDS), f"no {missing}")
+            )
+        if d["format"] != FORMAT:
+            raise EngineFileError(mismatch("sidecar", "format", FORMAT, repr(d["format"])))
         spec = lambda t: TensorSpec(t["name"], tuple(t["shape"]), t["dtype"])  # noqa: E731
-        return cls(
-            trt_module=d["trt_module"],
-            trt_version=d["trt_version"],
-            sha256=d["sha256"],
-            nbytes=d["bytes"],
-            aliases=tuple(CacheAlias.from_json(a) for a in d["alias_pairs"]),
-            write_indices=d["write_indices"],
-            inputs=tuple(spec(t) for t in d["inputs"]),
-            outputs=tuple(spec(t) for t in d["outputs"]),
-            profiles=tuple(Profile.from_json(p) for p in d["profiles"]),
-            build_seconds=d.get("build_seconds", 0.0),
-            metadata=d.get("metadata", {}),
-            cache_update=d.get("cache_update", "layer"),
-        )
+        try:
+            meta = cls(
+                trt_module=_typed(d, "trt_module", str),
+                trt_version=_typed(d, "trt_version", str),
+                sha256=_typed(d, "sha256", str),
+                nbytes=_typed(d, "bytes", int),
+                aliases=tuple(CacheAlias.from_json(a) for a in _typed(d, "alias_pairs", list)),
+                write_indices=d["write_indices"],
+                inputs=tuple(spec(t) for t in _typed(d, "inputs", list)),
+                outputs=tuple(spec(t) for t in _typed(d, "outputs", list)),
+                profiles=tuple(Profile.from_json(p) for p in _typed(d, "profiles", list)),
+                build_seconds=d.get("build_seconds", 0.0),
+                metadata=_typed(d, "metadata", dict) if "metadata" in d else {},
+                cache_update=d.get("cache_update", "layer"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise EngineFileError(
+                mismatch("sidecar", "well-formed alias, tensor and profile records", "", repr(err))
+            ) from err
+        return meta
 
     def input(self, name: str) -> TensorSpec:
         for t in self.inputs:
@@ -93,6 +126,15 @@ class EngineMeta:
         raise EngineFileError(
             mismatch("engine input", "one of", [t.name for t in self.inputs], name)
         )
+
+
+def _typed(d: dict, key: str, kind: type) -> object:
+    value = d[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise EngineFileError(
+            mismatch(f"sidecar field {key!r}", "type", kind.__name__, repr(value))
+        )
+    return value
 
 
 def sidecar_path(engine_path: Path) -> Path:
@@ -129,28 +171,69 @@ def describe(
 
 
 def save_engine(path: Path | str, built: BuiltEngine, meta: EngineMeta) -> Path:
-    """Write the engine bytes and the sidecar; returns the engine path."""
+    """Write the engine bytes and the sidecar; returns the engine path.
+
+    Raises:
+        EngineFileError: the folder cannot be made or the files cannot be written (a parent
+            that is a file, no permission...); the OSError is the cause.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(built.data)
-    sidecar_path(path).write_text(json.dumps(meta.to_json(), indent=2) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(built.data)
+        sidecar_path(path).write_text(json.dumps(meta.to_json(), indent=2) + "\n")
+    except OSError as err:
+        raise EngineFileError(
+            mismatch(str(path), "a writable location", "", f"{type(err).__name__}: {err}")
+        ) from err
     return path
 
 
-def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[bytes, EngineMeta]:
-    """Read an engine and its sidecar; verify the sha256 and the TensorRT module/version.
+def read_sidecar(path: Path) -> EngineMeta:
+    """The sidecar at ``path``, parsed and checked.
 
     Raises:
-        EngineFileError: missing file or sidecar, checksum mismatch (tampered or truncated
-            engine), or an engine built by another TensorRT module or version.
+        EngineFileError: unreadable, not UTF-8, not JSON, or not a trt_kv sidecar (see
+            :meth:`EngineMeta.from_json`); library errors are the cause.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8")
+        d = json.loads(text)
+    except OSError as err:
+        raise EngineFileError(mismatch(str(path), "a readable file", "", err)) from err
+    except UnicodeDecodeError as err:
+        raise EngineFileError(mismatch(str(path), "UTF-8 text", "", err.reason)) from err
+    except json.JSONDecodeError as err:
+        raise EngineFileError(mismatch(str(path), "a JSON sidecar", "", err)) from err
+    try:
+        return EngineMeta.from_json(d)
+    except EngineFileError as err:
+        raise EngineFileError(f"{path}: {err}") from err
+
+
+def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[bytes, EngineMeta]:
+    """Read an engine and its sidecar; verify size, sha256 and the TensorRT module/version.
+
+    Raises:
+        EngineFileError: missing or unreadable file or sidecar; a malformed sidecar (not
+            UTF-8, not JSON, missing or mistyped fields, another ``format``); size or checksum
+            mismatch (tampered or truncated engine); an engine built by another TensorRT
+            module or version.
     """
     path = Path(path)
     side = sidecar_path(path)
     for p in (path, side):
         if not p.is_file():
             raise EngineFileError(mismatch(str(p), "an existing file", "present", "missing"))
-    meta = EngineMeta.from_json(json.loads(side.read_text()))
-    data = path.read_bytes()
+    meta = read_sidecar(side)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise EngineFileError(mismatch(str(path), "a readable file", "", err)) from err
+    if len(data) != meta.nbytes:
+        raise EngineFileError(
+            mismatch(str(path), "size in bytes (from the sidecar)", meta.nbytes, len(data))
+        )
     digest = hashlib.sha256(data).hexdigest()
     if digest != meta.sha256:
         raise EngineFileError(mismatch(str(path), "sha256 (from the sidecar)", meta.sha256, digest))

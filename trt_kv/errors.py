@@ -3,11 +3,17 @@ the expected value and the actual value."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 
 class TrtKvError(Exception):
     """Base class of every error trt_kv raises on purpose."""
+
+
+class ArgumentError(TrtKvError, ValueError):
+    """An argument outside its domain: a count, a length, a temperature, a seed, an option."""
 
 
 class NetworkError(TrtKvError, ValueError):
@@ -64,3 +70,36 @@ def mismatch(tensor: str, what: str, expected: Any, actual: Any) -> str:
     (``expected=""`` when ``what`` already says it)."""
     wanted = f"{what} {expected}" if expected != "" else what
     return f"{tensor}: expected {wanted.strip()}, got {actual}"
+
+
+def check_int(name: str, value: object, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as an ``int`` in ``[lo, hi]`` (either bound optional).
+
+    Python and NumPy integers pass; bools, floats (even ``2.0``), strings do not.
+
+    Raises:
+        ArgumentError: not an integer, or outside the bounds.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(mismatch(name, "an integer", "", repr(value)))
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = {
+            (True, True): f"in [{lo}, {hi}]",
+            (True, False): f">= {lo}",
+            (False, True): f"<= {hi}",
+        }[lo is not None, hi is not None]
+        raise ArgumentError(mismatch(name, f"an integer {bounds}", "", value))
+    return int(value)
+
+
+def check_real(name: str, value: object, lo: float) -> float:
+    """``value`` as a finite ``float`` >= ``lo`` (NaN and infinities refused).
+
+    Raises:
+        ArgumentError: not a real number, not finite, or below ``lo``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(mismatch(name, "a real number", "", repr(value)))
+    if not math.isfinite(value) or value < lo:
+        raise ArgumentError(mismatch(name, f"a finite number >= {lo}", "", value))
+    return float(value)

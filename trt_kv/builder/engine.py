@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from numbers import Integral
 
 from trt_kv._trt import logger as _logger
 from trt_kv._trt import trt
 from trt_kv.builder.kv_cache import cache_update_layers
-from trt_kv.errors import NetworkError, ShapeError, mismatch
+from trt_kv.errors import ArgumentError, NetworkError, ShapeError, check_int, mismatch
 from trt_kv.progress import build_monitor
 
 Shape = tuple[int, ...]
@@ -71,15 +72,37 @@ def _check_profile(network: object, profile: Profile) -> None:
                 mismatch(f"profile {profile.name!r}", "a network input", sorted(inputs), name)
             )
         declared = tuple(inputs[name].shape)
+        where = f"{name} in profile {profile.name!r}"
         for shape in (lo, opt, hi):
             if len(shape) != len(declared) or any(
                 d != -1 and d != s for d, s in zip(declared, shape)
             ):
-                raise ShapeError(
-                    mismatch(
-                        f"{name} in profile {profile.name!r}", "a shape matching", declared, shape
-                    )
+                raise ShapeError(mismatch(where, "a shape matching", declared, shape))
+            if any(isinstance(s, bool) or not isinstance(s, Integral) or s < 0 for s in shape):
+                raise ShapeError(mismatch(where, "sizes that are integers >= 0", "", shape))
+        if any(a > b for a, b in zip(lo, opt)) or any(a > b for a, b in zip(opt, hi)):
+            raise ShapeError(mismatch(where, "min <= opt <= max on every axis", "", (lo, opt, hi)))
+    _check_update_widths(network, profile)
+
+
+def _check_update_widths(network: object, profile: Profile) -> None:
+    """A padded update ``[B, N, S, H]`` that is a network input may not reach S > S_max in
+    the profile (TensorRT builds it with only a warning; every such write is skipped)."""
+    for _, layer in cache_update_layers(network):
+        cache, update = layer.get_input(0), layer.get_input(1)
+        shapes = profile.shapes.get(update.name)
+        if shapes is None or len(shapes[2]) != 4:
+            continue
+        s_max, width = tuple(cache.shape)[2], shapes[2][2]
+        if width > s_max:
+            raise ShapeError(
+                mismatch(
+                    f"{update.name} in profile {profile.name!r}",
+                    f"max S (axis 2) <= S_max = {s_max} of {cache.name}",
+                    "",
+                    width,
                 )
+            )
 
 
 def build_engine(
@@ -90,14 +113,28 @@ def build_engine(
     optimization_level: int | None = None,
 ) -> BuiltEngine:
     """Build ``network`` with ``profiles`` into serialized engine bytes (no GPU needed with
-    TensorRT-RTX, which compiles ahead of time)."""
+    TensorRT-RTX, which compiles ahead of time). Every profile is checked first.
+
+    Raises:
+        ArgumentError: ``profiles`` not a list of :class:`Profile`; ``optimization_level``
+            not an integer in [0, 5].
+        ShapeError, NetworkError: a profile that misses a dynamic input, names a tensor that
+            is not an input, mismatches a declared shape, has min > opt or opt > max, or lets
+            a padded cache update grow past S_max.
+        NetworkError: TensorRT returned no engine.
+    """
+    if not isinstance(profiles, (list, tuple)) or not all(isinstance(p, Profile) for p in profiles):
+        raise ArgumentError(mismatch("profiles", "a list of Profile", "", repr(profiles)))
+    if optimization_level is not None:
+        check_int("optimization_level", optimization_level, 0, 5)
+    for profile in profiles:
+        _check_profile(network, profile)
     config = builder.create_builder_config()
     if cache_update_method(network) == "plugin":
         from trt_kv.plugin import enable_aliased_io
 
         enable_aliased_io(config)  # the plugin's output 0 aliases its cache input
     for profile in profiles:
-        _check_profile(network, profile)
         p = builder.create_optimization_profile()
         for name, (lo, opt, hi) in profile.shapes.items():
             p.set_shape(name, lo, opt, hi)

@@ -12,10 +12,18 @@ from typing import Literal
 
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES, trt
-from trt_kv.errors import DTypeError, NetworkError, ShapeError, mismatch
+from trt_kv.errors import (
+    ArgumentError,
+    DTypeError,
+    NetworkError,
+    ShapeError,
+    check_int,
+    mismatch,
+)
 from trt_kv.reference.ops import CACHE_DTYPES, INDEX_DTYPES
 
 Method = Literal["auto", "layer", "plugin"]
+METHODS = ("auto", "layer", "plugin")
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,8 @@ def validate_cache_update(
 
     Raises:
         NetworkError: network not strongly typed; cache not a network input.
-        ShapeError: dynamic S_max; B, N or H mismatch; S > S_max; bad index or length shapes;
-            packed update without ``update_lengths``.
+        ShapeError: dynamic S_max; a zero or negative cache dimension; B, N or H mismatch;
+            S > S_max; bad index or length shapes; packed update without ``update_lengths``.
         DTypeError: cache not float32/float16/bfloat16; update dtype differs from the cache;
             indices not int32/int64.
     """
@@ -93,6 +101,14 @@ def validate_cache_update(
     b, n, s_max, h = c
     if s_max == -1:
         raise ShapeError(mismatch(cache.name, "static S_max (axis 2)", "a positive size", -1))
+    for axis, d in (
+        ("B (axis 0)", b),
+        ("N (axis 1)", n),
+        ("S_max (axis 2)", s_max),
+        ("H (axis 3)", h),
+    ):
+        if d == 0 or d < -1:
+            raise ShapeError(mismatch(cache.name, axis, "a positive size (or -1)", d))
     cache_dtype = dtypes.name_of(cache.dtype)
     if cache_dtype not in CACHE_DTYPES:
         raise DTypeError(mismatch(cache.name, "dtype", CACHE_DTYPES, cache_dtype))
@@ -183,12 +199,41 @@ def add_cache_input(
     dtype: str,
     batch: int = -1,
 ) -> object:
-    """Add the cache input ``name``: ``[B, N, S_max, H]`` with static ``S_max``."""
+    """Add the cache input ``name``: ``[B, N, S_max, H]`` with static ``S_max``.
+
+    Raises:
+        ArgumentError: an empty name; N, S_max or H not a positive integer; B neither -1 nor
+            a positive integer.
+        NetworkError: ``name`` is already a network input.
+        DTypeError: ``dtype`` not float32/float16/bfloat16.
+    """
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(mismatch("name", "a non-empty tensor name", "", repr(name)))
     if dtype not in CACHE_DTYPES:
         raise DTypeError(mismatch(name, "dtype", CACHE_DTYPES, dtype))
-    if max_seq_len <= 0:
+    if max_seq_len == -1:
         raise ShapeError(mismatch(name, "static S_max", "a positive size", max_seq_len))
-    return network.add_input(name, dtypes.to_trt(dtype), (batch, num_heads, max_seq_len, head_dim))
+    dims = (
+        batch if batch == -1 else check_int(f"{name} batch", batch, 1),
+        check_int(f"{name} num_heads", num_heads, 1),
+        check_int(f"{name} max_seq_len", max_seq_len, 1),
+        check_int(f"{name} head_dim", head_dim, 1),
+    )
+    inputs = input_names(network)
+    if name in inputs:
+        raise NetworkError(mismatch(name, "a name no other network input has", "", inputs))
+    return network.add_input(name, dtypes.to_trt(dtype), dims)
+
+
+def input_names(network: object) -> list[str]:
+    """Names of the network inputs, in order."""
+    return [network.get_input(i).name for i in range(network.num_inputs)]
+
+
+def io_names(network: object) -> set[str]:
+    """Names of every network input and marked output."""
+    outputs = {network.get_output(i).name for i in range(network.num_outputs)}
+    return outputs | set(input_names(network))
 
 
 def add_kv_cache_update(
@@ -214,37 +259,54 @@ def add_kv_cache_update(
             without the layer) or "auto" (the layer when present).
 
     Returns:
-        The updated cache tensor ``[B, N, S_max, H]`` and the alias record.
+        The updated cache tensor ``[B, N, S_max, H]`` and the alias record, named from the
+        tensor itself.
+
+    Raises:
+        ArgumentError: unknown ``method``; ``output_name`` empty.
+        NetworkError: ``output_name`` is already a network input or output (checked before
+            anything is added), or TensorRT refused the name (another tensor holds it).
+        ShapeError, DTypeError: see :func:`validate_cache_update`.
     """
+    if method not in METHODS:
+        raise ArgumentError(mismatch("method", "one of", METHODS, repr(method)))
+    if not isinstance(output_name, str) or not output_name:
+        raise ArgumentError(
+            mismatch("output_name", "a non-empty tensor name", "", repr(output_name))
+        )
+    if output_name in io_names(network):
+        raise NetworkError(
+            mismatch("output_name", "a name no network input or output has", "", output_name)
+        )
     if method == "auto":
         method = "layer" if FEATURES.kv_cache_update_layer else "plugin"
+    if method == "layer" and not FEATURES.kv_cache_update_layer:
+        raise NetworkError(
+            mismatch(
+                "method",
+                "a TensorRT with IKVCacheUpdateLayer for 'layer'",
+                ">= 10.15",
+                f"{FEATURES.module} {FEATURES.version}",
+            )
+        )
     validate_cache_update(network, cache, update, write_indices, update_lengths, method)
     write_indices = layer_write_indices(network, write_indices)
     if method == "plugin":
         from trt_kv.plugin import add_plugin_cache_update
 
         out = add_plugin_cache_update(network, cache, update, write_indices, update_lengths)
-    elif method == "layer":
-        if not FEATURES.kv_cache_update_layer:
-            raise NetworkError(
-                mismatch(
-                    "method",
-                    "a TensorRT with IKVCacheUpdateLayer for 'layer'",
-                    ">= 10.15",
-                    f"{FEATURES.module} {FEATURES.version}",
-                )
-            )
+    else:
         layer = network.add_kv_cache_update(cache, update, write_indices, trt.KVCacheMode.LINEAR)
         if update_lengths is not None:
             layer.update_form = trt.AttentionIOForm.PACKED_NHD
             layer.update_lengths = update_lengths
         layer.name = f"kv_cache_update:{output_name}"
         out = layer.get_output(0)
-    else:
-        raise ValueError(mismatch("method", "one of", ("auto", "layer", "plugin"), method))
     out.name = output_name
+    if out.name != output_name:  # another (intermediate) tensor holds the name
+        raise NetworkError(mismatch("output_name", "a name no other tensor has", "", output_name))
     network.mark_output(out)
-    alias = CacheAlias(cache.name, output_name, _dims(cache), dtypes.name_of(cache.dtype))
+    alias = CacheAlias(cache.name, out.name, _dims(cache), dtypes.name_of(cache.dtype))
     return CacheUpdate(out, alias)
 
 

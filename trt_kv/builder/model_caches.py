@@ -16,9 +16,11 @@ from trt_kv.builder.kv_cache import (
     add_cache_input,
     add_kv_cache_update,
     check_strongly_typed,
+    io_names,
     layer_write_indices,
 )
-from trt_kv.errors import SlotError
+from trt_kv.errors import DTypeError, NetworkError, SlotError, check_int, mismatch
+from trt_kv.reference.ops import CACHE_DTYPES, INDEX_DTYPES
 
 WRITE_INDICES = "write_indices"
 UPDATE_LENGTHS = "update_lengths"
@@ -49,8 +51,12 @@ class ModelCaches:
     def update(self, layer: int, key: object, value: object) -> tuple[object, object]:
         """Write this step's ``key``/``value`` (``[B, N_kv, S, H]``, or packed ``[T, N_kv, H]``)
         into layer ``layer``'s caches; returns the updated caches ``[B, N_kv, S_max, H]``."""
-        if not 0 <= layer < self.num_layers:
-            raise SlotError(f"layer: expected 0 <= layer < {self.num_layers}, got {layer}")
+        if (
+            isinstance(layer, bool)
+            or not isinstance(layer, int)
+            or not 0 <= layer < self.num_layers
+        ):
+            raise SlotError(mismatch("layer", f"an integer in [0, {self.num_layers})", "", layer))
         *_, present_k, present_v = cache_names(layer)
         outs = []
         for cache, update, name in zip(self.past[layer], (key, value), (present_k, present_v)):
@@ -81,8 +87,30 @@ def add_model_caches(
     batch: int = -1,
     method: Method = "auto",
 ) -> ModelCaches:
-    """Add ``write_indices [B]`` and the K/V cache inputs of ``num_layers`` layers."""
+    """Add ``write_indices [B]`` and the K/V cache inputs of ``num_layers`` layers.
+
+    Raises:
+        ArgumentError: ``num_layers``, sizes or ``batch`` not positive integers.
+        DTypeError: ``dtype`` not a cache dtype, ``index_dtype`` not int32/int64.
+        NetworkError: not strongly typed, or the network already has these inputs.
+    """
     check_strongly_typed(network)
+    check_int("num_layers", num_layers, 1)
+    for name, size in (
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("max_seq_len", max_seq_len),
+    ):
+        check_int(name, size, 1)
+    if batch != -1:
+        check_int("batch", batch, 1)
+    if index_dtype not in INDEX_DTYPES:
+        raise DTypeError(mismatch("index_dtype", "one of", INDEX_DTYPES, repr(index_dtype)))
+    if dtype not in CACHE_DTYPES:
+        raise DTypeError(mismatch("dtype", "one of", CACHE_DTYPES, repr(dtype)))
+    taken = set(io_names(network)) & {WRITE_INDICES, UPDATE_LENGTHS, *cache_names(0)}
+    if taken:
+        raise NetworkError(mismatch("network", "no model caches yet", "", sorted(taken)))
     write_indices = network.add_input(WRITE_INDICES, dtypes.to_trt(index_dtype), (batch,))
     write_indices = layer_write_indices(network, write_indices)  # one cast for all layers
     update_lengths = None

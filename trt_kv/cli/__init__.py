@@ -1,4 +1,4 @@
-"""trt-kv: build engines, generate tokens, run the demo.
+"""trt-kv: build engines, generate tokens, inspect engines, benchmark backends.
 
 One module per subcommand (``trt_kv/cli/<name>.py``), each with ``HELP`` (one line),
 ``EXAMPLE`` (the epilog), ``add_arguments(parser)`` and ``run(args) -> int``. Adding an

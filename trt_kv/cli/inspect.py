@@ -26,8 +26,9 @@ def _shape(dims: list | tuple) -> str:
 
 
 def cache_memory(meta: object, batch: int | None, max_seq_len: int | None) -> dict:
-    """Bytes of the cache inputs: per slot (one sequence at the engine's S_max), per token,
-    and for ``batch`` slots at ``max_seq_len`` (defaults: profile max batch, engine S_max)."""
+    """Bytes of the cache inputs ``[B, N, S_max, H]``: per slot (one sequence at the
+    engine's S_max), per token, and for ``batch`` slots at ``max_seq_len`` (defaults: the
+    static batch or the profiles' largest, and the engine's S_max)."""
     from trt_kv import dtypes
 
     per_slot = 0
@@ -40,10 +41,10 @@ def cache_memory(meta: object, batch: int | None, max_seq_len: int | None) -> di
         s_max = a.shape[S_AXIS]
     if s_max is None:
         return {}
-    if batch is None:
-        batch = max(
-            (p.shapes[a.input][2][0] for p in meta.profiles for a in meta.aliases), default=1
-        )
+    if batch is None:  # a static batch, else the profiles' largest
+        static = [a.shape[0] for a in meta.aliases if a.shape[0] != -1]
+        maxima = [p.shapes[a.input][2][0] for p in meta.profiles for a in meta.aliases]
+        batch = max(static + maxima, default=1)
     max_seq_len = max_seq_len or s_max
     per_token = per_slot // s_max
     return {
@@ -68,9 +69,15 @@ def engine_layers(path: Path) -> tuple[list | None, str]:
     import json
 
     from trt_kv._trt import trt
+    from trt_kv.errors import EngineFileError
     from trt_kv.runtime.engine_loader import load_cuda_engine
 
-    engine, _, _ = load_cuda_engine(path)
+    try:
+        engine, _, _ = load_cuda_engine(path)
+    except EngineFileError as e:  # built by another TensorRT, say: the rest still shows
+        return None, str(e)
+    if not hasattr(engine, "create_engine_inspector"):
+        return None, f"{type(engine).__name__} has no engine inspector"
     inspector = engine.create_engine_inspector()
     info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
     return info.get("Layers", []), "TensorRT engine inspector (GPU)"

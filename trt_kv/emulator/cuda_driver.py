@@ -26,7 +26,7 @@ from pathlib import Path
 from cuda.bindings import driver as _dr
 
 from trt_kv.emulator import cuda_runtime as _crt
-from trt_kv.emulator.device import CudaCallFailed, device
+from trt_kv.emulator.device import CudaCallFailed, device, returning
 from trt_kv.emulator.memory import EmulatorError
 from trt_kv.plugin import kernels
 
@@ -54,12 +54,6 @@ HOST_FLAGS = ("-x", "c++", "-std=c++11", "-O1", "-Wall", "-Werror", "-shared", "
 HOST_DEFINE = "-DTRT_KV_HOST_EMULATION"
 
 
-class _Fail(Exception):
-    def __init__(self, code: CUresult, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _to_curesult(err: object) -> CUresult:
     """The driver twin of a runtime ``cudaError_t`` (cudaErrorStreamCaptureImplicit ->
     CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)."""
@@ -70,20 +64,10 @@ def _to_curesult(err: object) -> CUresult:
 
 
 def _returns(n: int) -> Callable:
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def api(*args: object) -> tuple:
-            try:
-                values = fn(*args)
-            except _Fail as e:
-                return (e.code, *([None] * n))
-            except CudaCallFailed as e:
-                return (_to_curesult(e.code), *([None] * n))
-            return (_OK, *(values if n > 1 else (values,) if n == 1 else ()))
+    def convert(code: object) -> CUresult:
+        return code if isinstance(code, CUresult) else _to_curesult(code)
 
-        return api
-
-    return wrap
+    return returning(n, _OK, convert)
 
 
 # -- initialization, device, context ------------------------------------------------------------
@@ -93,13 +77,13 @@ _INIT = {"done": False, "primary": 0}
 
 def _require_init() -> None:
     if not _INIT["done"]:
-        raise _Fail(CUresult.CUDA_ERROR_NOT_INITIALIZED, "cuInit was not called")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_NOT_INITIALIZED, "cuInit was not called")
 
 
 @_returns(0)
 def cuInit(Flags: int) -> None:
     if int(Flags) != 0:  # cuInit: "Currently, the Flags parameter must be 0."
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_VALUE, "cuInit flags must be 0")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_VALUE, "cuInit flags must be 0")
     if not _INIT["done"]:
         _INIT["done"], _INIT["primary"] = True, device().new_handle()
 
@@ -114,7 +98,7 @@ def cuDeviceGetCount() -> int:
 def cuDeviceGet(ordinal: int) -> object:
     _require_init()
     if int(ordinal) != 0:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_DEVICE, f"device {ordinal}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_DEVICE, f"device {ordinal}")
     return CUdevice(0)
 
 
@@ -122,7 +106,7 @@ def cuDeviceGet(ordinal: int) -> object:
 def cuDeviceGetAttribute(attrib: object, dev: object) -> int:
     _require_init()
     if int(dev) != 0:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_DEVICE, f"device {int(dev)}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_DEVICE, f"device {int(dev)}")
     if attrib not in _ATTRIBUTES:
         raise EmulatorError(f"cuDeviceGetAttribute: {attrib!r} is not emulated")
     return _ATTRIBUTES[attrib]
@@ -138,7 +122,7 @@ def cuDevicePrimaryCtxRetain(dev: object) -> object:
 def cuCtxSetCurrent(ctx: object) -> None:
     _require_init()
     if int(ctx) not in (0, _INIT["primary"]):
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_CONTEXT, f"context {int(ctx):#x}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_CONTEXT, f"context {int(ctx):#x}")
     _STATE.ctx = int(ctx)
 
 
@@ -157,14 +141,16 @@ def cuCtxGetCurrent() -> object:
 @_returns(1)
 def cuCtxGetDevice() -> object:
     if _current() == 0:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_CONTEXT, "no current context")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_CONTEXT, "no current context")
     return CUdevice(0)
 
 
 @_returns(0)
 def cuCtxSynchronize() -> None:
     if _crt.cudaDeviceSynchronize()[0] != _crt.cudaError_t.cudaSuccess:
-        raise _Fail(CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "synchronize in capture")
+        raise CudaCallFailed(
+            CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "synchronize in capture"
+        )
 
 
 @_returns(1)
@@ -180,9 +166,12 @@ def cuGetErrorName(error: CUresult) -> bytes:
 # -- memory ----------------------------------------------------------------------------------------
 @_returns(1)
 def cuMemAlloc(bytesize: int) -> object:
+    # cuMemAlloc: "If bytesize is 0, cuMemAlloc() returns CUDA_ERROR_INVALID_VALUE."
+    if int(bytesize) == 0:
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes")
     err, ptr = _crt.cudaMalloc(bytesize)
     if err != _crt.cudaError_t.cudaSuccess:
-        raise _Fail(_to_curesult(err), "cuMemAlloc")
+        raise CudaCallFailed(_to_curesult(err), "cuMemAlloc")
     return CUdeviceptr(ptr)
 
 
@@ -231,7 +220,7 @@ def cuModuleLoadData(image: bytes) -> object:
     _require_init()
     entries = image_entries(bytes(image))
     if not entries:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_IMAGE, "no kernel entry in the image")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_IMAGE, "no kernel entry in the image")
     lib = host_library()
     missing = sorted(e for e in entries if not hasattr(lib, _host_name(e)))
     if missing:
@@ -247,10 +236,10 @@ def cuModuleLoadData(image: bytes) -> object:
 def cuModuleGetFunction(hmod: object, name: bytes) -> object:
     entries = _MODULES.get(int(hmod))
     if entries is None:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_HANDLE, f"module {int(hmod):#x}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_HANDLE, f"module {int(hmod):#x}")
     text = name.decode() if isinstance(name, bytes) else str(name)
     if text not in entries:
-        raise _Fail(CUresult.CUDA_ERROR_NOT_FOUND, f"no entry {text}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_NOT_FOUND, f"no entry {text}")
     h = device().new_handle()
     _FUNCTIONS[h] = text
     return CUfunction(h)
@@ -259,7 +248,7 @@ def cuModuleGetFunction(hmod: object, name: bytes) -> object:
 @_returns(0)
 def cuModuleUnload(hmod: object) -> None:
     if _MODULES.pop(int(hmod), None) is None:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_HANDLE, f"module {int(hmod):#x}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_HANDLE, f"module {int(hmod):#x}")
 
 
 @_returns(0)
@@ -278,7 +267,7 @@ def cuLaunchKernel(
 ) -> None:
     name = _FUNCTIONS.get(int(f))
     if name is None:
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_HANDLE, f"function {int(f):#x}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_HANDLE, f"function {int(f):#x}")
     grid, block = (gridDimX, gridDimY, gridDimZ), (blockDimX, blockDimY, blockDimZ)
     # CUDA limits: at most 1024 threads per block (1024 x 1024 x 64), grid x < 2**31,
     # grid y and z <= 65535; every dimension >= 1.
@@ -289,7 +278,7 @@ def cuLaunchKernel(
         or grid[0] >= 2**31
         or max(grid[1:]) > 65535
     ):
-        raise _Fail(CUresult.CUDA_ERROR_INVALID_VALUE, f"grid {grid}, block {block}")
+        raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_VALUE, f"grid {grid}, block {block}")
     values, types = kernelParams
     pointers = [int(v or 0) for v, t in zip(values, types) if t is ctypes.c_void_p]
     sizes = [int(v) for v, t in zip(values, types) if t is ctypes.c_int]

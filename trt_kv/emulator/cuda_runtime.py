@@ -9,7 +9,6 @@ pointer, a double free) raise :class:`~trt_kv.emulator.memory.EmulatorError` at 
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from trt_kv.emulator.device import (
     CudaCallFailed,
     Event,
     Stream,
+    returning,
 )
 from trt_kv.emulator.device import device as _state
 from trt_kv.emulator.memory import EmulatorError
@@ -61,21 +61,7 @@ def submit(stream: object, work: Callable[[], None], what: str) -> None:
 
 
 def _returns(n: int) -> Callable:
-    """Wrap an API body returning ``n`` values: prepend cudaSuccess, or turn CudaCallFailed
-    into ``(code, None * n)`` as cuda-python does."""
-
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def api(*args: object) -> tuple:
-            try:
-                values = fn(*args)
-            except CudaCallFailed as e:
-                return (e.code, *([None] * n))
-            return (_OK, *(values if n > 1 else (values,) if n == 1 else ()))
-
-        return api
-
-    return wrap
+    return returning(n, _OK, lambda code: code)
 
 
 # -- device ------------------------------------------------------------------------------------

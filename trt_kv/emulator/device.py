@@ -12,6 +12,7 @@ The capture rules cite the CUDA Programming Guide, "Prohibited and Unhandled Ope
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import threading
 from collections.abc import Callable
@@ -27,11 +28,30 @@ LEGACY_STREAM = 0
 
 
 class CudaCallFailed(EmulatorError):
-    """A CUDA call returned ``code`` (a ``cudaError_t``) instead of cudaSuccess."""
+    """A CUDA call returned ``code`` (a ``cudaError_t`` or driver ``CUresult``) instead of
+    success."""
 
     def __init__(self, code: Err, message: str) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
+
+
+def returning(n: int, success: object, convert: Callable[[object], object]) -> Callable:
+    """Decorator for an API body returning ``n`` values: cuda-python's ``(success, *values)``,
+    or ``(convert(code), None * n)`` when the body raises :class:`CudaCallFailed`."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def api(*args: object) -> tuple:
+            try:
+                values = fn(*args)
+            except CudaCallFailed as e:
+                return (convert(e.code), *([None] * n))
+            return (success, *(values if n > 1 else (values,) if n == 1 else ()))
+
+        return api
+
+    return wrap
 
 
 @dataclass

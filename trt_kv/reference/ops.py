@@ -19,26 +19,40 @@ def _dtype_name(a: np.ndarray) -> str:
     return "bfloat16" if a.dtype.name in ("bfloat16", "V2") else a.dtype.name
 
 
+def _index_array(name: str, value: object) -> np.ndarray:
+    """An int32/int64 array from an array or a list of Python ints (lists become int64)."""
+    arr = np.asarray(value)
+    if arr.dtype.name not in INDEX_DTYPES:
+        raise DTypeError(mismatch(name, "dtype", INDEX_DTYPES, arr.dtype))
+    return arr
+
+
 def _check_update_args(
     cache: np.ndarray,
     update: np.ndarray,
     write_indices: np.ndarray,
     update_lengths: np.ndarray | None,
-) -> np.ndarray:
-    """Validate the KV-cache update operands; return the per-sequence new-token counts [B]."""
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Validate the KV-cache update operands; return ``(write_indices, update_lengths,
+    counts)`` with index lists as arrays and the per-sequence new-token counts ``[B]``."""
+    for name, arr in (("cache", cache), ("update", update)):
+        if not isinstance(arr, np.ndarray):
+            raise DTypeError(mismatch(name, "a NumPy array", "", type(arr).__name__))
+    if _dtype_name(cache) not in CACHE_DTYPES:
+        raise DTypeError(mismatch("cache", "dtype", CACHE_DTYPES, _dtype_name(cache)))
     if cache.ndim != 4:
         raise ShapeError(mismatch("cache", "rank", 4, cache.ndim))
     if _dtype_name(update) != _dtype_name(cache):
         raise DTypeError(mismatch("update", "dtype", _dtype_name(cache), _dtype_name(update)))
-    if write_indices.dtype.name not in INDEX_DTYPES:
-        raise DTypeError(mismatch("write_indices", "dtype", INDEX_DTYPES, write_indices.dtype))
+    write_indices = _index_array("write_indices", write_indices)
     b, n, _, h = cache.shape
     if write_indices.shape != (b,):
         raise ShapeError(mismatch("write_indices", "shape", (b,), write_indices.shape))
     if update_lengths is None:
         if update.ndim != 4 or update.shape[:2] != (b, n) or update.shape[3] != h:
             raise ShapeError(mismatch("update", "shape", (b, n, "S", h), update.shape))
-        return np.full(b, update.shape[2], dtype=np.int64)
+        return write_indices, None, np.full(b, update.shape[2], dtype=np.int64)
+    update_lengths = _index_array("update_lengths", update_lengths)
     if update.ndim != 3 or update.shape[1:] != (n, h):
         raise ShapeError(mismatch("update", "shape", ("T", n, h), update.shape))
     if update_lengths.shape != (b + 1,):
@@ -55,7 +69,7 @@ def _check_update_args(
     counts = np.diff(update_lengths.astype(np.int64))
     if (counts < 0).any():
         raise ShapeError(mismatch("update_lengths", "non-decreasing values", "", update_lengths))
-    return counts
+    return write_indices, update_lengths, counts
 
 
 def kv_cache_update_(
@@ -65,12 +79,16 @@ def kv_cache_update_(
     update_lengths: np.ndarray | None = None,
 ) -> np.ndarray:
     """In-place LINEAR KV-cache update; returns ``cache``. See :func:`kv_cache_update`."""
-    counts = _check_update_args(cache, update, write_indices, update_lengths)
+    write_indices, update_lengths, counts = _check_update_args(
+        cache, update, write_indices, update_lengths
+    )
     s_max = cache.shape[2]
     starts = write_indices.astype(np.int64)
     # Check every sequence before writing any: nothing half-written.
     for i, (start, count) in enumerate(zip(starts, counts)):
-        if start < 0 or start + count > s_max:
+        if start < 0:
+            raise CacheOverflowError(mismatch(f"write_indices[{i}]", "an index >= 0", "", start))
+        if start + count > s_max:
             raise CacheOverflowError(
                 f"write_indices[{i}]: expected write_indices + S <= S_max = {s_max}, "
                 f"got {int(start)} + {int(count)} = {int(start + count)}"
@@ -95,20 +113,26 @@ def kv_cache_update(
     Args:
         cache: ``[B, N, S_max, H]`` float32/float16/bfloat16; not modified.
         update: padded ``[B, N, S, H]``, or packed ``[T, N, H]`` when ``update_lengths`` is given;
-            same dtype as ``cache``.
-        write_indices: ``[B]`` int32/int64, first position written per sequence.
-        update_lengths: ``[B + 1]`` cumulative token counts of the packed form
-            (``update_lengths[0] == 0``, ``update_lengths[-1] == T``).
+            same dtype as ``cache``. ``cache`` and ``update`` must be NumPy arrays.
+        write_indices: ``[B]`` int32/int64 (or a list of ints), first position written per
+            sequence.
+        update_lengths: ``[B + 1]`` int32/int64 (or a list of ints) cumulative token counts of
+            the packed form (``update_lengths[0] == 0``, ``update_lengths[-1] == T``).
 
     Returns:
         The updated copy of ``cache``; only the written windows differ from the input.
 
     Raises:
-        CacheOverflowError: a write at or past ``S_max`` (TensorRT's layer skips such writes
-            silently; the reference refuses them, and so does the trt_kv runtime).
-        ShapeError, DTypeError: malformed operands.
+        CacheOverflowError: a negative write index, or a write at or past ``S_max``
+            (TensorRT's layer skips such writes silently; the reference refuses them, and so
+            does the trt_kv runtime).
+        ShapeError: malformed operands.
+        DTypeError: a cache that is not float32/float16/bfloat16 (the layer's types), an update
+            of another dtype, non-integer indices or lengths, a cache or update that is not a
+            NumPy array.
     """
-    return kv_cache_update_(cache.copy(), update, write_indices, update_lengths)
+    copy = cache.copy() if isinstance(cache, np.ndarray) else cache  # a non-array is refused
+    return kv_cache_update_(copy, update, write_indices, update_lengths)
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:

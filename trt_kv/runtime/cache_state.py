@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv.errors import CacheOverflowError, ShapeError, SlotError, mismatch
+from trt_kv.errors import (
+    ArgumentError,
+    CacheOverflowError,
+    DTypeError,
+    ShapeError,
+    SlotError,
+    check_int,
+    mismatch,
+)
 
 
 @dataclass(frozen=True)
@@ -38,20 +46,99 @@ class StepPlan:
         return np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int32)
 
 
-class CacheState:
-    """Lengths of ``capacity`` cache slots of ``max_seq_len`` rows each."""
+def token_rows(
+    tokens: Sequence[Sequence[int]], lo: int, vocab_size: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged token lists of slots ``lo, lo + 1, ...`` as one right-padded ``[B, S]`` int32
+    array (padding 0) and the counts ``[B]`` int64. Every id is checked: an integer (never a
+    float or bool, which NumPy would truncate) in ``[0, vocab_size)``.
 
-    def __init__(self, capacity: int, max_seq_len: int, max_step_tokens: int | None = None) -> None:
-        self.capacity = capacity
-        self.max_seq_len = max_seq_len
-        self.max_step_tokens = max_seq_len if max_step_tokens is None else max_step_tokens
+    Raises:
+        ShapeError: an entry that is not a 1-D list of ids.
+        SlotError: an empty list.
+        DTypeError, ArgumentError: see :func:`check_token_ids`.
+    """
+    rows = []
+    for k, t in enumerate(tokens):
+        name = f"slot {lo + k}"
+        row = id_array(name, t)
+        if row.ndim != 1:
+            raise ShapeError(mismatch(name, "a 1-D list of token ids", "", repr(t)))
+        if row.size == 0:
+            raise SlotError(mismatch(name, "at least one new token", ">= 1", 0))
+        check_token_ids(name, row, vocab_size)
+        rows.append(row)
+    counts = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    input_ids = np.zeros((len(rows), int(counts.max())), dtype=np.int32)
+    for k, row in enumerate(rows):
+        input_ids[k, : len(row)] = row
+    return input_ids, counts
+
+
+def id_array(name: str, ids: object) -> np.ndarray:
+    """``ids`` as an array; a list must hold Python/NumPy integers only (NumPy would turn
+    ``[1, True]`` into ``[1, 1]`` and ``[1, 2.0]`` into floats). Raises DTypeError for an
+    element that is not an integer, ShapeError for a nested or ragged list."""
+    if isinstance(ids, np.ndarray):
+        return ids
+    if isinstance(ids, (list, tuple)):
+        for t in ids:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer, list, tuple)):
+                raise DTypeError(mismatch(name, "integer token ids", "", repr(t)))
+    try:
+        return np.asarray(ids)
+    except (ValueError, TypeError) as err:
+        raise ShapeError(mismatch(name, "a list of token ids", "", repr(ids))) from err
+
+
+_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
+
+
+def check_token_ids(name: str, ids: np.ndarray, vocab_size: int | None) -> None:
+    """Raise DTypeError unless ``ids`` are integers, ArgumentError unless each is in
+    ``[0, vocab_size)`` (negative ids would wrap around, ids >= V index past the table).
+    One reduction: viewed as unsigned, a negative id is larger than any vocabulary."""
+    if ids.dtype.kind not in "iu":
+        raise DTypeError(mismatch(name, "integer token ids", "", f"dtype {ids.dtype}"))
+    top = np.iinfo(np.int32).max + 1 if vocab_size is None else vocab_size
+    unsigned = _UNSIGNED.get(ids.dtype)
+    if unsigned is not None:
+        fits = int(ids.view(unsigned).max()) < top
+    else:  # unsigned, or a non-native byte order
+        fits = int(ids.min()) >= 0 and int(ids.max()) < top
+    if fits:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    bad = lo if lo < 0 else hi
+    raise ArgumentError(mismatch(name, f"token ids in [0, {top})", "", bad))
+
+
+class CacheState:
+    """Lengths of ``capacity`` cache slots of ``max_seq_len`` rows each; token ids are
+    checked against ``vocab_size`` when given."""
+
+    def __init__(
+        self,
+        capacity: int,
+        max_seq_len: int,
+        max_step_tokens: int | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
+        self.capacity = check_int("capacity", capacity, 1)
+        self.max_seq_len = check_int("max_seq_len", max_seq_len, 1)
+        self.max_step_tokens = (
+            max_seq_len
+            if max_step_tokens is None
+            else check_int("max_step_tokens", max_step_tokens, 1)
+        )
+        self.vocab_size = None if vocab_size is None else check_int("vocab_size", vocab_size, 1)
         self._lengths = np.zeros(capacity, dtype=np.int64)
         self._frozen = False
 
     # -- queries -----------------------------------------------------------------------
     def length(self, slot: int) -> int:
         """Tokens cached in ``slot``."""
-        return int(self._lengths[self._check_slot(slot)])
+        return int(self._lengths[self.check_slot(slot)])
 
     @property
     def lengths(self) -> np.ndarray:
@@ -62,17 +149,30 @@ class CacheState:
     def frozen(self) -> bool:
         return self._frozen
 
-    def _check_slot(self, slot: int) -> int:
-        if not isinstance(slot, (int, np.integer)) or not 0 <= slot < self.capacity:
+    def check_slot(self, slot: int) -> int:
+        """``slot`` as an int; SlotError unless it is an integer in ``[0, capacity)``."""
+        if (
+            isinstance(slot, (bool, np.bool_))
+            or not isinstance(slot, (int, np.integer))
+            or not 0 <= slot < self.capacity
+        ):
             raise SlotError(mismatch("slot", f"an integer in [0, {self.capacity})", "", slot))
         return int(slot)
 
     # -- planning ----------------------------------------------------------------------
-    def plan(self, slots: Sequence[int], tokens: Sequence[Sequence[int]] | np.ndarray) -> StepPlan:
-        """Plan one step feeding ``tokens[k]`` to ``slots[k]``.
+    def plan(
+        self,
+        slots: Sequence[int],
+        tokens: Sequence[Sequence[int]] | np.ndarray,
+        *,
+        from_empty: bool = False,
+    ) -> StepPlan:
+        """Plan one step feeding ``tokens[k]`` to ``slots[k]``; changes nothing.
 
         ``tokens`` is one list per slot (ragged), or an integer array ``[B, S]`` when every
         slot gets S tokens (the decode fast path: no per-sequence Python work).
+        ``from_empty`` plans as if the slots were reset first (a prefill), so a prefill is
+        checked in full before anything is reset.
 
         ``slots`` must be consecutive (``lo, lo + 1, ...``): each step binds one contiguous
         window of the cache buffers. Use :meth:`reorder` to gather sequences first.
@@ -80,10 +180,15 @@ class CacheState:
         Raises:
             SlotError: no slots, unknown or non-consecutive slots, more than ``capacity``,
                 a sequence with no tokens.
-            ShapeError: S > ``max_step_tokens`` (the engine's profile bound).
+            DTypeError: token ids that are not integers (floats are never truncated).
+            ArgumentError: a token id outside ``[0, vocab_size)``.
+            ShapeError: a token list that is not 1-D; S > ``max_step_tokens`` (the engine's
+                profile bound).
             CacheOverflowError: ``length + S > S_max`` for a slot (S = the padded width, since
                 the padded update writes S rows).
         """
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+            raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
         b = len(slots)
         if b == 0 or b != len(tokens):
             raise SlotError(
@@ -91,33 +196,28 @@ class CacheState:
             )
         if b > self.capacity:
             raise SlotError(mismatch("batch", f"at most capacity = {self.capacity}", "", b))
-        lo = self._check_slot(slots[0])
+        lo = self.check_slot(slots[0])
         consecutive = isinstance(slots, range) and slots.step == 1
         if not consecutive and list(slots) != list(range(lo, lo + b)):
             raise SlotError(
                 mismatch("slots", "consecutive slots", list(range(lo, lo + b)), list(slots))
             )
-        self._check_slot(lo + b - 1)
+        self.check_slot(lo + b - 1)
         if isinstance(tokens, np.ndarray):
             if tokens.ndim != 2 or tokens.shape[1] == 0:
                 raise SlotError(mismatch("tokens", "an array [B, S] with S >= 1", "", tokens.shape))
+            check_token_ids("tokens", tokens, self.vocab_size)
             s = tokens.shape[1]
             counts = np.full(b, s, dtype=np.int64)
             input_ids = tokens.astype(np.int32)
         else:
-            counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=b)
-            if (counts == 0).any():
-                empty = int(slots[int(np.argmin(counts))])
-                raise SlotError(mismatch(f"slot {empty}", "at least one new token", ">= 1", 0))
-            s = int(counts.max())
-            input_ids = np.zeros((b, s), dtype=np.int32)
-            for k, t in enumerate(tokens):
-                input_ids[k, : len(t)] = t
+            input_ids, counts = token_rows(tokens, lo, self.vocab_size)
+            s = input_ids.shape[1]
         if s > self.max_step_tokens:
             raise ShapeError(
                 mismatch("tokens", "at most max_step_tokens per step", self.max_step_tokens, s)
             )
-        start = self._lengths[lo : lo + b]
+        start = np.zeros(b, np.int64) if from_empty else self._lengths[lo : lo + b]
         if int(start.max()) + s > self.max_seq_len:
             k = int(np.argmax(start))
             raise CacheOverflowError(
@@ -145,11 +245,12 @@ class CacheState:
         if slot is None:
             self._lengths[:] = 0
         else:
-            self._lengths[self._check_slot(slot)] = 0
+            self._lengths[self.check_slot(slot)] = 0
 
     def crop(self, slot: int, length: int) -> None:
         """Keep the first ``length`` tokens of ``slot`` (Hugging Face ``DynamicCache.crop``)."""
         current = self.length(slot)
+        length = check_int("length", length)
         if length < 0:
             length = max(current + length, 0)  # crop(slot, -n) drops the last n, like HF
         if length > current:
@@ -160,7 +261,8 @@ class CacheState:
 
     def set_length(self, slot: int, length: int) -> None:
         """Declare ``slot`` to hold ``length`` tokens (after a restore or import)."""
-        self._check_slot(slot)
+        self.check_slot(slot)
+        length = check_int("length", length)
         if not 0 <= length <= self.max_seq_len:
             raise CacheOverflowError(
                 mismatch(f"slot {slot}", f"length in [0, {self.max_seq_len}]", "", length)
@@ -169,13 +271,20 @@ class CacheState:
 
     def fork(self, src: int, dst: int) -> None:
         """``dst`` continues from ``src``'s prefix."""
-        self._lengths[self._check_slot(dst)] = self.length(src)
+        self._lengths[self.check_slot(dst)] = self.length(src)
 
     def reorder(self, order: Sequence[int]) -> None:
         """Slot k takes the state of slot ``order[k]`` (beam search ``reorder_cache``);
-        ``order`` may repeat or drop slots and may be shorter than ``capacity``."""
+        ``order`` may repeat or drop slots and may be shorter than ``capacity``.
+
+        Raises:
+            SlotError: ``order`` not a sequence of slots, an unknown slot, or longer than
+                ``capacity``.
+        """
+        if isinstance(order, (str, bytes)) or not isinstance(order, (Sequence, np.ndarray)):
+            raise SlotError(mismatch("order", "a sequence of slots", "", repr(order)))
         for s in order:
-            self._check_slot(s)
+            self.check_slot(s)
         n = len(order)
         if n > self.capacity:
             raise SlotError(mismatch("order", f"at most {self.capacity} slots", "", n))

@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from trt_kv.errors import CacheOverflowError, mismatch
+import numpy as np
+
+from trt_kv.errors import CacheOverflowError, ShapeError, check_int, mismatch
 from trt_kv.progress import bar
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
@@ -39,13 +41,20 @@ def generate(
     ``k`` as soon as it is chosen (streaming).
 
     Raises:
+        ArgumentError: ``max_new_tokens`` not an integer >= 1.
         CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
             fit in ``S_max``.
+        Everything :meth:`Session.prefill` raises, before any slot changes.
     """
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
+        raise ShapeError(mismatch("prompts", "a list of token-id lists", "", repr(prompts)))
     sampler = sampler or Sampler()
     stop = frozenset([eos_ids] if isinstance(eos_ids, int) else eos_ids or ())
     s_max = session.state.max_seq_len
     for k, p in enumerate(prompts):
+        if not hasattr(p, "__len__"):
+            raise ShapeError(mismatch(f"prompt {k}", "a list of token ids", "", repr(p)))
         if len(p) + max_new_tokens - 1 > s_max:
             raise CacheOverflowError(
                 mismatch(

@@ -6,10 +6,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trt_kv.errors import check_int, check_real
+
 
 @dataclass
 class Sampler:
-    """``temperature == 0`` is greedy (argmax); else softmax(logits / T) over the top k."""
+    """``temperature == 0`` is greedy (argmax); else softmax(logits / T) over the top k.
+
+    Raises:
+        ArgumentError: ``temperature`` negative, NaN or infinite; ``top_k`` not None and not
+            an integer >= 1; ``seed`` not an integer >= 0.
+    """
 
     temperature: float = 0.0
     top_k: int | None = None
@@ -17,11 +24,15 @@ class Sampler:
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
+        self.temperature = check_real("temperature", self.temperature, 0.0)
+        if self.top_k is not None:
+            self.top_k = check_int("top_k", self.top_k, 1)
+        self.seed = check_int("seed", self.seed, 0)
         self.rng = np.random.default_rng(self.seed)
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
         """``logits [B, V]`` -> token ids ``[B]`` int64."""
-        if self.temperature <= 0:
+        if self.temperature == 0:
             return np.argmax(logits, axis=-1)
         z = logits.astype(np.float64) / self.temperature
         if self.top_k is not None and self.top_k < z.shape[-1]:

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from trt_kv.errors import ShapeError, mismatch
+from trt_kv.errors import ShapeError, SlotError, check_int, mismatch
 from trt_kv.runtime.backend import Backend
-from trt_kv.runtime.cache_state import CacheState
+from trt_kv.runtime.cache_state import CacheState, StepPlan, id_array
 from trt_kv.runtime.storage import Snapshot
 
 
@@ -27,7 +27,10 @@ class Session:
         self.backend = backend
         self.storage = backend.storage
         self.state = CacheState(
-            self.storage.capacity, self.storage.max_seq_len, backend.max_step_tokens
+            self.storage.capacity,
+            self.storage.max_seq_len,
+            backend.max_step_tokens,
+            backend.vocab_size,
         )
 
     @property
@@ -35,23 +38,50 @@ class Session:
         return self.state.capacity
 
     # -- steps -------------------------------------------------------------------------
+    def _plan(self, tokens: object, lo: int, *, from_empty: bool = False) -> StepPlan:
+        lo = check_int("lo", lo)
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+            raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
+        return self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
+
+    def _slots(self, slots: Sequence[int]) -> list[int]:
+        if isinstance(slots, (str, bytes)) or not isinstance(slots, (Sequence, np.ndarray)):
+            raise SlotError(mismatch("slots", "a sequence of slots", "", repr(slots)))
+        return [self.state.check_slot(s) for s in slots]
+
     def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
-        """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an array ``[B, S]``);
-        returns each one's last logits ``[B, V]``."""
-        plan = self.state.plan(range(lo, lo + len(tokens)), tokens)
+        """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an integer array
+        ``[B, S]``); returns each one's last logits ``[B, V]``.
+
+        Raises:
+            SlotError, ShapeError, DTypeError, ArgumentError, CacheOverflowError: see
+                :meth:`CacheState.plan`; nothing has run or changed when they are raised.
+        """
+        plan = self._plan(tokens, lo)
         logits = self.backend.run(plan)
         self.state.commit(plan)
         return logits
 
     def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
-        """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``."""
-        for k in range(len(prompts)):
-            self.reset(lo + k)
-        return self.step(prompts, lo)
+        """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``.
 
-    def decode(self, tokens: Sequence[int], lo: int = 0) -> np.ndarray:
-        """One new token per slot ``lo, lo + 1, ...``; returns logits ``[B, V]``."""
-        return self.step(np.asarray(tokens, dtype=np.int64).reshape(-1, 1), lo)
+        The whole step is checked (as if the slots were empty) before any slot is reset:
+        an error leaves every slot as it was. Raises as :meth:`step`.
+        """
+        plan = self._plan(prompts, lo, from_empty=True)
+        for slot in plan.slots:
+            self.reset(slot)
+        logits = self.backend.run(plan)
+        self.state.commit(plan)
+        return logits
+
+    def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:
+        """One new token per slot ``lo, lo + 1, ...`` (ids ``[B]``, integers); returns logits
+        ``[B, V]``. Raises as :meth:`step`; ShapeError when ``tokens`` is not 1-D."""
+        ids = id_array("tokens", tokens)
+        if ids.ndim != 1:
+            raise ShapeError(mismatch("tokens", "one token id per slot [B]", "", ids.shape))
+        return self.step(ids.reshape(-1, 1), lo)
 
     # -- cache operations ------------------------------------------------------------------
     def length(self, slot: int) -> int:
@@ -102,7 +132,7 @@ class Session:
     def export_legacy(self, slots: Sequence[int]) -> tuple:
         """Per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]``; all slots must hold
         the same length L (Hugging Face's legacy ``past_key_values``)."""
-        lengths = {self.state.length(s) for s in slots}
+        lengths = {self.state.length(s) for s in self._slots(slots)}
         if len(lengths) != 1:
             raise ShapeError(
                 mismatch("slots", "one common length", "equal lengths", sorted(lengths))
@@ -112,8 +142,14 @@ class Session:
     def import_legacy(
         self, past: Sequence[tuple[np.ndarray, np.ndarray]], slots: Sequence[int]
     ) -> None:
-        for s in slots:
-            self.state.length(s)
+        """Write per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]`` into ``slots``.
+
+        Raises:
+            SlotError: an unknown slot. ShapeError: not exactly one (key, value) pair per
+                layer, or a malformed array. DTypeError: arrays that are not floating point,
+                or values the cache dtype cannot hold.
+        """
+        slots = self._slots(slots)
         length = self.storage.import_legacy(past, slots)
         for s in slots:
             self.state.set_length(s, length)

@@ -11,12 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import cache_names
-from trt_kv.errors import ShapeError, mismatch
+from trt_kv.errors import DTypeError, ShapeError, mismatch
 
 Snapshot = dict[str, np.ndarray]  # cache input name -> [N, L, H] rows of one slot
 
@@ -69,27 +70,37 @@ class CacheStorage(ABC):
         return {a.input: self.read_slot(a.input, slot)[:, :length].copy() for a in self.aliases}
 
     def restore(self, slot: int, snap: Snapshot) -> int:
-        """Write a snapshot back into ``slot``; returns its length."""
-        lengths = {rows.shape[1] for rows in snap.values()}
-        if set(snap) != {a.input for a in self.aliases} or len(lengths) != 1:
-            raise ShapeError(
-                mismatch(
-                    "snapshot",
-                    "one [N, L, H] array per cache",
-                    sorted(a.input for a in self.aliases),
-                    sorted(snap),
-                )
-            )
-        for name, rows in snap.items():  # check all before writing any: nothing half-written
-            self._check_rows(name, rows)
-        for name, rows in snap.items():
-            self.write_slot(name, slot, rows)
-        return lengths.pop()
+        """Write a snapshot back into ``slot``; returns its length. Every array is checked
+        before any is written.
 
-    def _check_rows(self, name: str, rows: np.ndarray) -> None:
+        Raises:
+            ShapeError: not one ``[N, L, H]`` array per cache with a common L <= S_max.
+            DTypeError: an array that is not floating point, or a finite value the cache
+                dtype cannot hold (it would become inf).
+        """
+        names = sorted(a.input for a in self.aliases)
+        if not isinstance(snap, dict) or sorted(snap) != names:
+            got = sorted(snap) if isinstance(snap, dict) else type(snap).__name__
+            raise ShapeError(mismatch("snapshot", "one [N, L, H] array per cache", names, got))
+        rows = {name: self._check_rows(name, arr) for name, arr in snap.items()}
+        lengths = sorted({r.shape[1] for r in rows.values()})
+        if len(lengths) != 1:
+            raise ShapeError(mismatch("snapshot", "one length L for every cache", "", lengths))
+        for name, r in rows.items():
+            self.write_slot(name, slot, r)
+        return lengths[0]
+
+    def _check_rows(self, name: str, rows: object) -> np.ndarray:
+        """``rows [N, L <= S_max, H]`` cast to the cache dtype, or ShapeError / DTypeError."""
         n, s_max, h = self.slot_shape
+        rows = np.asarray(rows)
         if rows.ndim != 3 or rows.shape[0] != n or rows.shape[2] != h or rows.shape[1] > s_max:
             raise ShapeError(mismatch(name, "rows shape", (n, f"L <= {s_max}", h), rows.shape))
+        return cast_rows(name, rows, self.dtype(name))
+
+    def dtype(self, name: str) -> np.dtype:
+        """NumPy dtype of cache ``name``."""
+        return dtypes.to_numpy(next(a.dtype for a in self.aliases if a.input == name))
 
     def export_legacy(self, slots: Sequence[int], length: int) -> tuple:
         """Hugging Face legacy ``past_key_values``: per layer ``(key, value)``, each
@@ -109,29 +120,59 @@ class CacheStorage(ABC):
     def import_legacy(
         self, past: Sequence[tuple[np.ndarray, np.ndarray]], slots: Sequence[int]
     ) -> int:
-        """Inverse of :meth:`export_legacy`; returns the sequence length imported."""
-        if len(past) * 2 != len(self.aliases):
-            raise ShapeError(
-                mismatch("past_key_values", "layers", len(self.aliases) // 2, len(past))
-            )
-        named = [
-            (name, arr)
-            for i, pair in enumerate(past)
-            for name, arr in zip(cache_names(i)[:2], pair)
-        ]
+        """Inverse of :meth:`export_legacy`; returns the sequence length imported. Every
+        array is checked before any is written.
+
+        Raises:
+            ShapeError: not one ``(key, value)`` pair per layer; an array not
+                ``[len(slots), N, L, H]``; layers of different L.
+            DTypeError: as :meth:`restore`.
+        """
+        layers = len(self.aliases) // 2
+        if isinstance(past, (str, bytes)) or not isinstance(past, Sequence):
+            raise ShapeError(mismatch("past_key_values", "a sequence of layers", "", type(past)))
+        if len(past) != layers:
+            raise ShapeError(mismatch("past_key_values", "layers", layers, len(past)))
+        named = []
+        for i, pair in enumerate(past):
+            if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+                got = len(pair) if isinstance(pair, Sequence) else type(pair).__name__
+                raise ShapeError(mismatch(f"past_key_values[{i}]", "a (key, value) pair", "", got))
+            named += list(zip(cache_names(i)[:2], pair))
+        checked = []
         for name, arr in named:  # check all before writing any: nothing half-written
+            arr = np.asarray(arr)
             if arr.ndim != 4 or arr.shape[0] != len(slots):
                 raise ShapeError(mismatch(name, "shape [B, N, L, H] with B", len(slots), arr.shape))
-            self._check_rows(name, arr[0])
-        lengths = sorted({arr.shape[2] for _, arr in named})
+            checked.append((name, [self._check_rows(name, a) for a in arr]))
+        lengths = sorted({rows[0].shape[1] for _, rows in checked if rows})
         if len(lengths) != 1:
             raise ShapeError(
                 mismatch("past_key_values", "one length L for every layer", "", lengths)
             )
-        for name, arr in named:
-            for b, s in enumerate(slots):
-                self.write_slot(name, s, arr[b])
-        return past[0][0].shape[2]
+        for name, rows in checked:
+            for s, r in zip(slots, rows):
+                self.write_slot(name, s, r)
+        return lengths[0] if lengths else 0
+
+
+def cast_rows(name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``rows`` in the cache ``dtype``; DTypeError when they are not floating point or a
+    finite value would not fit (float32 1e6 -> float16 inf). NaN and inf pass as they are."""
+    if rows.dtype.kind != "f" and rows.dtype != ml_dtypes.bfloat16:
+        raise DTypeError(mismatch(name, "floating-point rows", "", f"dtype {rows.dtype}"))
+    if rows.dtype == dtype:
+        return rows
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = rows.astype(dtype)
+        overflow = np.isinf(cast) & np.isfinite(rows)
+    if overflow.any():
+        worst = float(np.abs(rows.astype(np.float64)[overflow]).max())
+        top = float(ml_dtypes.finfo(dtype).max)
+        raise DTypeError(
+            mismatch(name, f"values within {dtypes.name_of(dtype)} range +-{top:g}", "", worst)
+        )
+    return cast
 
 
 class HostCaches(CacheStorage):
@@ -164,4 +205,4 @@ class HostCaches(CacheStorage):
 
     def write_slot(self, name: str, slot: int, rows: np.ndarray) -> None:
         arr = self.arrays[name]
-        arr[slot, :, : rows.shape[1]] = rows.astype(arr.dtype, copy=False)
+        arr[slot, :, : rows.shape[1]] = cast_rows(name, np.asarray(rows), arr.dtype)

@@ -1,0 +1,227 @@
+"""Stateful property test of the session API: random prefill / step / decode / fork / crop /
+reorder / snapshot / restore / reset, with valid and invalid arguments.
+
+A plain-Python model holds each slot's cached token ids. Before every call the model decides
+whether the call is valid; a valid call must succeed and leave lengths equal to the model's
+and every cached row equal to a fresh recomputation of the slot's tokens; an invalid call
+must raise a TrtKvError and leave the lengths and every cache byte unchanged.
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
+from tiny_models import TINY_GQA
+
+from trt_kv.errors import TrtKvError
+from trt_kv.models.llama import random_weights
+from trt_kv.runtime import ReferenceBackend, Session
+
+V = TINY_GQA.vocab_size
+CAPACITY, S_MAX, STEP = 3, 10, 4
+WEIGHTS = random_weights(TINY_GQA, seed=5, std=0.3)
+
+# Token ids: mostly valid, sometimes negative, >= V, a float or a bool.
+token_id = st.one_of(
+    st.integers(0, V - 1),
+    st.integers(0, V - 1),
+    st.integers(0, V - 1),
+    st.sampled_from([-1, V, V + 7]),
+    st.sampled_from([1.0, 2.5, True]),
+)
+token_list = st.lists(token_id, min_size=0, max_size=STEP + 1)
+slot_arg = st.one_of(st.integers(-1, CAPACITY), st.sampled_from([1.0, True]))
+length_arg = st.one_of(st.integers(-S_MAX - 2, S_MAX + 1), st.sampled_from([1.5, False]))
+
+
+def is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_slot(x):
+    return is_int(x) and 0 <= x < CAPACITY
+
+
+def is_id(x):
+    return is_int(x) and 0 <= x < V
+
+
+_FRESH = {}
+
+
+def recomputed(tokens):
+    """Every cache's rows ``[N, L, H]`` for ``tokens`` fed to an empty cache in one step."""
+    key = tuple(tokens)
+    if key not in _FRESH:
+        s = Session(ReferenceBackend(TINY_GQA, WEIGHTS, capacity=1, max_seq_len=S_MAX))
+        s.prefill([list(tokens)])
+        _FRESH[key] = s.snapshot(0)
+    return _FRESH[key]
+
+
+class SessionMachine(RuleBasedStateMachine):
+    snapshots = Bundle("snapshots")
+
+    def __init__(self):
+        super().__init__()
+        backend = ReferenceBackend(
+            TINY_GQA, WEIGHTS, capacity=CAPACITY, max_seq_len=S_MAX, max_step_tokens=STEP
+        )
+        self.session = Session(backend)
+        self.model = [[] for _ in range(CAPACITY)]  # cached token ids per slot
+
+    # -- the contract ----------------------------------------------------------------------
+    def attempt(self, valid, call, effect=None):
+        if valid:
+            result = call()
+            if effect is not None:
+                effect()
+            return result
+        arrays = {k: v.copy() for k, v in self.session.storage.arrays.items()}
+        lengths = self.session.state.lengths
+        try:
+            call()
+        except TrtKvError:
+            pass
+        else:
+            raise AssertionError("an invalid call was accepted")
+        np.testing.assert_array_equal(self.session.state.lengths, lengths)
+        for name, before in arrays.items():
+            assert self.session.storage.arrays[name].tobytes() == before.tobytes(), name
+        return None
+
+    def step_valid(self, seqs, lo, from_empty):
+        if not is_int(lo) or not seqs or lo < 0 or lo + len(seqs) > CAPACITY:
+            return False
+        if any(not seq or not all(is_id(t) for t in seq) for seq in seqs):
+            return False
+        width = max(len(seq) for seq in seqs)
+        if width > STEP:
+            return False
+        start = 0 if from_empty else max(len(self.model[lo + k]) for k in range(len(seqs)))
+        return start + width <= S_MAX
+
+    # -- rules -------------------------------------------------------------------------------
+    @rule(prompts=st.lists(token_list, min_size=0, max_size=CAPACITY + 1), lo=slot_arg)
+    def prefill(self, prompts, lo):
+        def effect():
+            for k, p in enumerate(prompts):
+                self.model[lo + k] = list(p)
+
+        valid = self.step_valid(prompts, lo, from_empty=True)
+        self.attempt(valid, lambda: self.session.prefill(prompts, lo), effect)
+
+    @rule(tokens=st.lists(token_list, min_size=1, max_size=CAPACITY), lo=slot_arg)
+    def step(self, tokens, lo):
+        def effect():
+            for k, t in enumerate(tokens):
+                self.model[lo + k] += list(t)
+
+        valid = self.step_valid(tokens, lo, from_empty=False)
+        self.attempt(valid, lambda: self.session.step(tokens, lo), effect)
+
+    @rule(ids=st.lists(token_id, min_size=0, max_size=CAPACITY + 1), lo=slot_arg)
+    def decode(self, ids, lo):
+        def effect():
+            for k, t in enumerate(ids):
+                self.model[lo + k].append(t)
+
+        valid = self.step_valid([[t] for t in ids], lo, from_empty=False)
+        self.attempt(valid, lambda: self.session.decode(ids, lo), effect)
+
+    @rule(src=slot_arg, dst=slot_arg)
+    def fork(self, src, dst):
+        def effect():
+            self.model[dst] = list(self.model[src])
+
+        valid = is_slot(src) and is_slot(dst)
+        self.attempt(valid, lambda: self.session.fork(src, dst), effect)
+
+    @rule(slot=slot_arg, length=length_arg)
+    def crop(self, slot, length):
+        valid = is_slot(slot) and is_int(length) and length <= len(self.model[slot])
+
+        def effect():
+            keep = max(len(self.model[slot]) + length, 0) if length < 0 else length
+            self.model[slot] = self.model[slot][:keep]
+
+        self.attempt(valid, lambda: self.session.crop(slot, length), effect)
+
+    @rule(order=st.lists(slot_arg, min_size=0, max_size=CAPACITY + 1))
+    def reorder(self, order):
+        def effect():
+            moved = [list(self.model[s]) for s in order]
+            self.model[: len(order)] = moved
+
+        valid = all(is_slot(s) for s in order) and len(order) <= CAPACITY
+        self.attempt(valid, lambda: self.session.reorder(order), effect)
+
+    @rule(slot=st.one_of(st.none(), slot_arg))
+    def reset(self, slot):
+        def effect():
+            for s in range(CAPACITY) if slot is None else [slot]:
+                self.model[s] = []
+
+        valid = slot is None or is_slot(slot)
+        self.attempt(valid, lambda: self.session.reset(slot), effect)
+
+    @rule(target=snapshots, slot=st.integers(0, CAPACITY - 1))
+    def snapshot(self, slot):
+        return self.session.snapshot(slot), list(self.model[slot])
+
+    @rule(slot=st.integers(-1, CAPACITY - 1))
+    def snapshot_of_an_unknown_slot(self, slot):
+        if slot < 0:
+            self.attempt(False, lambda: self.session.snapshot(slot))
+
+    @rule(
+        snap=snapshots,
+        slot=slot_arg,
+        damage=st.sampled_from(["none", "drop", "int", "short_h", "huge", "uneven", "list"]),
+    )
+    def restore(self, snap, slot, damage):
+        arrays, tokens = snap
+        arrays = {k: v.copy() for k, v in arrays.items()}
+        first = sorted(arrays)[0]
+        if damage == "drop":
+            del arrays[first]
+        elif damage == "int":
+            arrays[first] = arrays[first].astype(np.int32)
+        elif damage == "short_h":
+            arrays[first] = arrays[first][:, :, :-1]
+        elif damage == "huge":  # float64 beyond float32 range: would become inf
+            arrays[first] = arrays[first].astype(np.float64)
+            arrays[first][..., 0] = 1e300
+        elif damage == "uneven":
+            arrays[first] = np.concatenate([arrays[first], arrays[first][:, :1]], axis=1)
+        elif damage == "list":
+            arrays = list(arrays.values())
+        if damage in ("huge", "uneven") and not tokens:
+            damage = "none"  # no rows: nothing out of range, nothing to lengthen
+
+        def effect():
+            self.model[slot] = list(tokens)
+
+        valid = is_slot(slot) and damage == "none"
+        self.attempt(valid, lambda: self.session.restore(slot, arrays), effect)
+
+    # -- after every rule ------------------------------------------------------------------
+    @invariant()
+    def lengths_and_rows_match_the_model(self):
+        np.testing.assert_array_equal(self.session.state.lengths, [len(t) for t in self.model])
+        for slot, tokens in enumerate(self.model):
+            if not tokens:
+                continue
+            want = recomputed(tokens)
+            for name, rows in want.items():
+                got = self.session.storage.arrays[name][slot, :, : len(tokens)]
+                np.testing.assert_allclose(got, rows, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+SessionMachine.TestCase.settings = settings(
+    max_examples=50,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_session_state_machine = SessionMachine.TestCase
