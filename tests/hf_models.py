@@ -24,13 +24,14 @@ def hf_config_args(config: LlamaConfig, **overrides: object) -> dict:
 def save_random_model(
     model_class: type, config: transformers.PretrainedConfig, folder: Path, seed: int = 0
 ) -> object:
-    """``model_class(config)`` with seeded random weights (RMSNorm weights perturbed from 1 so
-    they matter), saved to ``folder``; returns the model in eval mode."""
+    """``model_class(config)`` with seeded random weights (RMSNorm weights and biases
+    perturbed from their initial 1 or 0 so they matter), saved to ``folder``; returns the model
+    in eval mode."""
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith(("norm.weight", ".bias")):
                 p.add_(0.2 * torch.randn_like(p))
     model.save_pretrained(folder)
     return model

@@ -436,3 +436,36 @@ def test_build_options_are_checked():
         build_engine(builder, net, [profile], optimization_level=9)
     with pytest.raises(ArgumentError, match="profiles: expected a list of Profile"):
         build_engine(builder, net, profile)
+
+
+def test_operands_that_are_not_tensors_are_refused():
+    import numpy as np
+
+    _, net, cache, update, _ = _padded()
+    _raises(
+        NetworkError,
+        "write_indices: expected a TensorRT ITensor, got ndarray",
+        lambda: add_kv_cache_update(net, cache, update, np.zeros(B, np.int32), output_name="o"),
+        net,
+    )
+
+
+def test_updating_one_layer_twice_is_refused_by_output_name():
+    _, net = create_network()
+    caches = add_model_caches(net, num_layers=1, num_kv_heads=N, head_dim=H, max_seq_len=S_MAX)
+    k = net.add_input("k", trt.float16, (-1, N, -1, H))
+    caches.update(0, k, k)
+    _raises(
+        NetworkError,
+        "output_name: expected a name no network input or output has, got present_key.0",
+        lambda: caches.update(0, k, k),
+        net,
+    )
+
+
+def test_profile_entries_must_be_three_shapes():
+    builder, net, cache, update, idx = _padded()
+    add_kv_cache_update(net, cache, update, idx, output_name="present")
+    two = Profile("p", {"update": ((B, N, 1, H), (B, N, S_MAX, H))})
+    with pytest.raises(ShapeError, match=r"update in profile 'p': expected \(min, opt, max\)"):
+        build_engine(builder, net, [two])

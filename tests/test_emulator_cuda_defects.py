@@ -29,6 +29,55 @@ def test_every_bound_cache_window_is_256_byte_aligned_or_refused():
 
 
 @pytest.mark.gpu(tensorrt=False)
+def test_check_window_refuses_a_misaligned_start_for_every_cache():
+    from trt_kv.runtime.device import DeviceCaches
+
+    caches = DeviceCaches(ODD, capacity=16)
+    caches.check_window(0)
+    caches.check_window(8)
+    with pytest.raises(SlotError, match="past_key_0 window at slot 4"):
+        caches.check_window(4)
+
+
+@pytest.mark.gpu
+def test_a_step_at_a_misaligned_window_is_refused_before_any_slot_changes(tmp_path):
+    from trt_kv.jobs import build_llama_engine
+    from trt_kv.models.llama import LlamaConfig, random_weights
+    from trt_kv.runtime import Session
+    from trt_kv.runtime.trt_backend import TrtBackend
+
+    # one KV head of 8 float16 values, S_max = 10: 160-byte slots, windows at 0, 8, 16...
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+    )
+    path = build_llama_engine(
+        "odd-slots",
+        cfg,
+        random_weights(cfg, seed=0),
+        dtype="float16",
+        max_seq_len=10,
+        max_batch=2,
+        max_step_tokens=4,
+        out_dir=tmp_path,
+    ).path
+    session = Session(TrtBackend(path, capacity=16))
+    session.prefill([[1, 2, 3]], lo=8)
+    session.fork(8, 1)  # a copy needs no alignment; binding slot 1 as a window does
+    before = session.snapshot(1)
+    with pytest.raises(SlotError, match="multiple of 8"):
+        session.prefill([[4, 5]], lo=1)
+    assert session.length(1) == 3
+    for name, rows in session.snapshot(1).items():
+        assert rows.tobytes() == before[name].tobytes()
+
+
+@pytest.mark.gpu(tensorrt=False)
 def test_a_failed_cuda_malloc_leaves_a_buffer_that_collects_cleanly():
     from trt_kv.runtime.cuda import DeviceBuffer
 

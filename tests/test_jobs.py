@@ -107,3 +107,15 @@ def test_a_tampered_engine_is_not_reused(built, tmp_path):
         (out / (engine.path.name + ".json")).read_text()
     )
     assert find_llama_engine("tiny", TINY_GQA, options, tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    [b"", b"\xff\xfe", b"[]", b'{"format": 1}', b'{"format": 99}'],
+    ids=["empty", "not-utf8", "not-an-object", "missing-fields", "other-format"],
+)
+def test_a_malformed_sidecar_means_rebuild_not_a_crash(built, tmp_path, sidecar):
+    _, options, engine = built
+    (tmp_path / engine.path.name).write_bytes(engine.path.read_bytes())
+    (tmp_path / (engine.path.name + ".json")).write_bytes(sidecar)
+    assert find_llama_engine("tiny", TINY_GQA, options, tmp_path) is None

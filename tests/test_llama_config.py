@@ -258,7 +258,7 @@ def test_from_hf_missing_optional_fields_take_hugging_face_defaults():
 @pytest.mark.parametrize(
     ("field", "value", "named"),
     [
-        ("model_type", "mistral", "model_type"),
+        ("model_type", "mixtral", "model_type.*mixtral"),
         ("hidden_act", "gelu", "hidden_act"),
         ("attention_bias", True, "attention_bias"),
         ("mlp_bias", True, "mlp_bias"),
@@ -270,7 +270,7 @@ def test_from_hf_missing_optional_fields_take_hugging_face_defaults():
         ("sliding_window", 4096, "sliding_window"),
     ],
     ids=[
-        "model_type_mistral",
+        "model_type_mixtral",
         "hidden_act_gelu",
         "attention_bias",
         "mlp_bias",

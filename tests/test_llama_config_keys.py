@@ -130,15 +130,29 @@ def test_pretraining_tp_does_not_change_hugging_face_logits():
 
 # Keys that change the network at a value trt_kv does not build: (key, value, message).
 REFUSED = [
-    ("model_type", "mistral", "config.model_type: expected one of ['llama'], got 'mistral'"),
-    ("hidden_act", "gelu", "config.hidden_act: expected 'silu' (SwiGLU), got \"gelu\""),
+    (
+        "model_type",
+        "falcon",
+        "config.model_type: expected one of "
+        "['gemma', 'llama', 'mistral', 'phi3', 'qwen2', 'qwen3'], got 'falcon'",
+    ),
+    (
+        "hidden_act",
+        "gelu",
+        "config.hidden_act: expected one of "
+        "['gelu_new', 'gelu_pytorch_tanh', 'silu', 'swish'], got \"gelu\"",
+    ),
     (
         "attention_bias",
         True,
-        "config.attention_bias: expected false (no attention biases), got true",
+        "config.attention_bias: expected false (no attention biases in llama), got true",
     ),
     ("mlp_bias", True, "config.mlp_bias: expected false (no MLP biases), got true"),
-    ("sliding_window", 4096, "config.sliding_window: expected null (no sliding window), got 4096"),
+    (
+        "sliding_window",
+        4096,
+        "config.sliding_window: expected null (no sliding window in this family), got 4096",
+    ),
     (
         "attention_chunk_size",
         8192,
@@ -147,7 +161,7 @@ REFUSED = [
     (
         "layer_types",
         ["full_attention", "sliding_attention"],
-        "config.layer_types: expected only 'full_attention' layers, "
+        "config.layer_types: expected only 'full_attention' layers in this family, "
         'got ["full_attention", "sliding_attention"]',
     ),
     (
@@ -159,23 +173,31 @@ REFUSED = [
     (
         "rope_parameters",
         {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0},
-        "config.rope_parameters.rope_type: expected one of ['default', 'llama3'], got 'yarn'",
+        "config.rope_parameters.rope_type: expected one of "
+        "['default', 'llama3', 'longrope'], got 'yarn'",
     ),
     (
         "rope_scaling",
         {"type": "linear", "factor": 2.0},
-        "config.rope_scaling.rope_type: expected one of ['default', 'llama3'], got 'linear'",
+        "config.rope_scaling.rope_type: expected one of "
+        "['default', 'llama3', 'longrope'], got 'linear'",
     ),
     (
         "rope_scaling",
         {"rope_type": "dynamic", "factor": 2.0},
-        "config.rope_scaling.rope_type: expected one of ['default', 'llama3'], got 'dynamic'",
+        "config.rope_scaling.rope_type: expected one of "
+        "['default', 'llama3', 'longrope'], got 'dynamic'",
     ),
     (
         "rope_parameters",
-        {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
-        "config.rope_parameters (default): expected no other keys, "
-        "got unknown ['partial_rotary_factor']",
+        {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0]},
+        "config.rope_parameters.rope_type: expected one of "
+        "['default', 'llama3', 'longrope'], got 'longrope'",  # Phi-3's only
+    ),
+    (
+        "rope_parameters",
+        {"rope_type": "default", "rope_theta": 1e4, "beta_fast": 32},
+        "config.rope_parameters (default): expected no other keys, got unknown ['beta_fast']",
     ),
 ]
 

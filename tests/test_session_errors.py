@@ -202,3 +202,11 @@ def test_sampler_refuses_arguments_it_would_reinterpret(kwargs, match):
 def test_every_error_here_is_a_trt_kv_error():
     for exc in (ArgumentError, CacheOverflowError, DTypeError, ShapeError, SlotError):
         assert issubclass(exc, TrtKvError)
+
+
+def test_ragged_rows_in_a_snapshot_are_a_shape_error():
+    s = session()
+    snap = s.snapshot(0)
+    name = sorted(snap)[0]
+    snap[name] = [[[0.0] * 8, [0.0]]]  # ragged nesting: NumPy cannot make an array
+    refused(s, ShapeError, f"{name}: expected an array, got list", lambda x: x.restore(1, snap))

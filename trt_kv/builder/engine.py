@@ -66,7 +66,16 @@ def _check_profile(network: object, profile: Profile) -> None:
                 sorted(profile.shapes),
             )
         )
-    for name, (lo, opt, hi) in profile.shapes.items():
+    for name, triple in profile.shapes.items():
+        if not isinstance(triple, (list, tuple)) or len(triple) != 3:
+            raise ShapeError(
+                mismatch(f"{name} in profile {profile.name!r}", "(min, opt, max)", "", triple)
+            )
+        lo, opt, hi = (tuple(x) if isinstance(x, (list, tuple)) else x for x in triple)
+        if not all(isinstance(x, tuple) for x in (lo, opt, hi)):
+            raise ShapeError(
+                mismatch(f"{name} in profile {profile.name!r}", "three shapes", "", triple)
+            )
         if name not in inputs:
             raise NetworkError(
                 mismatch(f"profile {profile.name!r}", "a network input", sorted(inputs), name)

@@ -84,13 +84,20 @@ def validate_cache_update(
     """Check the operands of one KV-cache update; raise before TensorRT sees anything.
 
     Raises:
-        NetworkError: network not strongly typed; cache not a network input.
+        NetworkError: network not strongly typed; an operand that is not an ITensor; cache not
+            a network input.
         ShapeError: dynamic S_max; a zero or negative cache dimension; B, N or H mismatch;
             S > S_max; bad index or length shapes; packed update without ``update_lengths``.
         DTypeError: cache not float32/float16/bfloat16; update dtype differs from the cache;
             indices not int32/int64.
     """
     check_strongly_typed(network)
+    operands = {"cache": cache, "update": update, "write_indices": write_indices}
+    if update_lengths is not None:
+        operands["update_lengths"] = update_lengths
+    for role, tensor in operands.items():
+        if not isinstance(tensor, trt.ITensor):
+            raise NetworkError(mismatch(role, "a TensorRT ITensor", "", type(tensor).__name__))
     if not cache.is_network_input:
         raise NetworkError(
             mismatch(cache.name, "a network input as cache", "input", "a layer output")

@@ -125,7 +125,7 @@ class TextTokenizer:
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as err:  # tokenizers raises plain Exception on a bad file
-            raise ConfigError(mismatch(str(path), "a tokenizers JSON file", "", err)) from err
+            raise ConfigError(mismatch(str(path), "a tokenizer.json", "", err)) from err
         settings: dict = {}
         config_path = folder / "tokenizer_config.json"
         if config_path.is_file():

@@ -34,11 +34,19 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage mistake reported as every other error is: one line
+    ``trt-kv: error: ...`` and exit status 2 (``--help`` shows the usage)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"trt-kv: error: {message}\n")
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``trt-kv`` parser with every subcommand's arguments."""
     from trt_kv.cli.version import VersionAction
 
-    parser = argparse.ArgumentParser(prog="trt-kv", description=__doc__.splitlines()[0])
+    parser = Parser(prog="trt-kv", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--version", action=VersionAction, help="trt_kv, TensorRT and CUDA versions, then exit"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from trt_kv.cli import common, generate
+from trt_kv.cli.checks import check_backend_options, check_model, integer
 
 HELP = "time prefill and decode apart per batch and context (median, spread, cache memory)"
 EXAMPLE = "trt-kv bench --backend interpreter --batch 1 8 --context 128 2048 --repeats 5"
@@ -24,11 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend", choices=generate.BACKENDS, default="interpreter", help="backend to time"
     )
-    p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes")
-    p.add_argument("--context", type=int, nargs="+", default=[128], help="prompt lengths")
-    p.add_argument("--decode-steps", type=int, default=16, help="decode steps timed per repeat")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats (median, min, max)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed repeats first")
+    p.add_argument("--batch", type=integer(1), nargs="+", default=[1], help="batch sizes")
+    p.add_argument("--context", type=integer(1), nargs="+", default=[128], help="prompt lengths")
+    p.add_argument(
+        "--decode-steps", type=integer(1), default=16, help="decode steps timed per repeat"
+    )
+    p.add_argument("--repeats", type=integer(1), default=5, help="timed repeats (median, min, max)")
+    p.add_argument("--warmup", type=integer(0), default=1, help="untimed repeats first")
     p.add_argument("--cuda-graph", action="store_true", help="tensorrt: decode as a CUDA graph")
     p.add_argument("--json", action="store_true", help="one JSON object with every sample")
 
@@ -127,8 +130,10 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.cuda import require_gpu
     from trt_kv.runtime.session import Session
 
+    check_backend_options(args, args.backend)
     if args.backend in generate.GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    check_model(args)
     model = load_model(args.model, progress=not args.quiet)
     name, config, weights = model.name, model.config, model.weights
     capacity = max(args.batch)

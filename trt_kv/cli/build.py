@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from trt_kv.cli import common
+from trt_kv.cli.checks import check_model
 
 HELP = "build the doc example and the model engine (ahead of time, on the CPU)"
 EXAMPLE = "trt-kv build --max-seq-len 512 --max-batch 4 --out engines/"
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.jobs import build_doc_example
 
+    check_model(args)
     rows = [build_doc_example(args.out)]
     if not args.no_model:
         m = load_model(args.model, progress=not args.quiet)

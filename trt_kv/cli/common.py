@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trt_kv.cli.checks import integer
+
 if TYPE_CHECKING:
     from trt_kv.jobs import BuildOptions, BuiltFile
 
@@ -30,9 +32,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     }
     p.add_argument("--model", default="default", help=text["model"])
     p.add_argument("--dtype", default="float16", choices=DTYPES, help=text["dtype"])
-    p.add_argument("--max-seq-len", type=int, default=256, help=text["max_seq_len"])
-    p.add_argument("--max-batch", type=int, default=8, help=text["max_batch"])
-    p.add_argument("--max-step-tokens", type=int, default=None, help=text["max_step_tokens"])
+    p.add_argument("--max-seq-len", type=integer(1), default=256, help=text["max_seq_len"])
+    p.add_argument("--max-batch", type=integer(1), default=8, help=text["max_batch"])
+    p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trt_kv.cli import build, common, generate
+from trt_kv.cli.checks import check_backend_options, check_model
 
 HELP = "build, then generate on the GPU (or the CPU interpreter without one)"
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
@@ -27,12 +28,15 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.jobs import build_doc_example
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
+    reason = gpu_unavailable_reason()
+    args.backend = "tensorrt" if reason is None else "interpreter"
+    check_backend_options(args, args.backend, " (the demo's pick: no GPU)" if reason else "")
+    check_model(args)
+    generate.check_prompt_options(args)  # refuse bad prompts before building anything
     model = load_model(args.model, progress=not args.quiet)
     rows = [build_doc_example(args.out)]
     rows.append(common.model_engine(args, model.name, model.config, model.weights, args.max_batch))
     build.print_built(args.out, rows)
-    reason = gpu_unavailable_reason()
-    args.backend = "tensorrt" if reason is None else "interpreter"
     if reason is not None:
         print(
             f"\nno GPU here ({reason}): the engine above cannot run on this machine; "

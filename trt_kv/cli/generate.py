@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trt_kv.cli import common
-from trt_kv.errors import TrtKvError
+from trt_kv.cli.checks import (
+    check_backend_options,
+    check_model,
+    check_vocabulary,
+    integer,
+    prompt_ids,
+    real,
+)
+from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
     from trt_kv.examples import Model
@@ -41,10 +49,10 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ignore-eos", action="store_true", help="do not stop at the model's end-of-text ids"
     )
-    p.add_argument("--max-new-tokens", type=int, default=None, help=MAX_NEW_TOKENS_HELP)
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-k", type=int, help="sample from the k most likely tokens")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--max-new-tokens", type=integer(1), default=None, help=MAX_NEW_TOKENS_HELP)
+    p.add_argument("--temperature", type=real(0.0), default=0.0, help="0: greedy")
+    p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
+    p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
     p.add_argument(
@@ -57,31 +65,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="reference", help="where to run")
 
 
-def _parse_ids(text: str) -> list[list[int]]:
-    try:
-        return [[int(t) for t in seq.split(",") if t.strip()] for seq in text.split(";")]
-    except ValueError as e:
-        raise TrtKvError(f"--prompt-ids: expected '1,2,3;4,5', got {text!r}") from e
+def _ids_text(args: argparse.Namespace) -> str:
+    return DEFAULT_PROMPT_IDS if args.prompt_ids is None else args.prompt_ids
 
 
 def check_prompt_options(args: argparse.Namespace) -> None:
-    """Refuse prompt options that contradict each other or do not parse (before any model
-    is loaded)."""
+    """Refuse prompt options that contradict each other or do not parse, before any model
+    is loaded. Raises ArgumentError."""
     if args.prompt is not None and args.prompt_ids is not None:
-        raise TrtKvError("--prompt-ids: expected --prompt-ids or --prompt, got both")
+        raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
     if args.chat and args.prompt is None:
-        raise TrtKvError("--chat: expected --prompt TEXT as well, got none")
+        raise ArgumentError("--chat: expected --prompt TEXT as well, got none")
     if args.prompt is None:
-        _parse_ids(args.prompt_ids or DEFAULT_PROMPT_IDS)  # a typo fails before loading
+        prompt_ids(_ids_text(args))
 
 
 def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
     """``(prompt ids, tokenizer or None)``: ``--prompt`` texts (chat-templated with
-    ``--chat``) through the model's tokenizer, else ``--prompt-ids``.
+    ``--chat``) through the model's tokenizer, else ``--prompt-ids`` (decoded with the
+    tokenizer when the model has one).
 
     Raises:
-        TrtKvError: ``--chat`` without ``--prompt``; ConfigError: text for a model with no
-            tokenizer (or no chat template).
+        ArgumentError: as :func:`check_prompt_options`, text without a token, ids outside
+            the vocabulary. ConfigError: text for a model with no tokenizer (or no chat
+            template).
     """
     from trt_kv.errors import ConfigError
 
@@ -91,12 +98,22 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
             tokenizer = model.checkpoint.tokenizer()
         except ConfigError:
             tokenizer = None  # ids in, ids out
-        return _parse_ids(args.prompt_ids or DEFAULT_PROMPT_IDS), tokenizer
+        prompts = prompt_ids(_ids_text(args))
+        check_vocabulary(prompts, model.config.vocab_size, "--prompt-ids")
+        return prompts, tokenizer
     tokenizer = model.checkpoint.tokenizer()
     if args.chat:
         chats = [[{"role": "user", "content": text}] for text in args.prompt]
-        return [tokenizer.encode_chat(c) for c in chats], tokenizer
-    return [tokenizer.encode(text) for text in args.prompt], tokenizer
+        prompts = [tokenizer.encode_chat(c) for c in chats]
+    else:
+        prompts = [tokenizer.encode(text) for text in args.prompt]
+    for text, ids in zip(args.prompt, prompts):
+        if not ids:
+            raise ArgumentError(
+                mismatch("--prompt", "text with at least one token", "", repr(text))
+            )
+    check_vocabulary(prompts, model.config.vocab_size, "--prompt")
+    return prompts, tokenizer
 
 
 def make_backend(
@@ -209,8 +226,10 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.runtime.cuda import require_gpu
 
+    check_backend_options(args, args.backend)
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    check_model(args)
     check_prompt_options(args)
     model = load_model(args.model, progress=not args.quiet)
     prompts, tokenizer = prompts_of(args, model)

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from trt_kv.cli import common
+from trt_kv.cli.checks import integer
 
 HELP = "show an engine's tensors, profiles, alias pairs, cache memory and build recipe"
 EXAMPLE = "trt-kv inspect engines/smollm2-135m-random-float16-s256-b8-t64.engine --batch 4"
@@ -16,8 +17,10 @@ S_AXIS = 2  # caches are [B, N, S_max, H]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("engine", type=Path, help="engine file (its .json sidecar beside it)")
-    p.add_argument("--batch", type=int, help="batch for the cache total (None: profile max)")
-    p.add_argument("--max-seq-len", type=int, help="S_max for the cache total (None: engine's)")
+    p.add_argument("--batch", type=integer(1), help="batch for the cache total (None: profile max)")
+    p.add_argument(
+        "--max-seq-len", type=integer(1), help="S_max for the cache total (None: engine's)"
+    )
     p.add_argument("--json", action="store_true", help="everything as one JSON object")
 
 

@@ -23,7 +23,7 @@ from trt_kv.emulator.device import (
     returning,
 )
 from trt_kv.emulator.device import device as _state
-from trt_kv.emulator.memory import EmulatorError
+from trt_kv.emulator.memory import EmulatorError, is_device_pointer
 
 # cuda-python's own types: values made here are indistinguishable from real ones.
 cudaError_t = _rt.cudaError_t
@@ -161,8 +161,6 @@ def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
     if kind == cudaMemcpyKind.cudaMemcpyDefault:
         # "Passing cudaMemcpyDefault is recommended, in which case the type of transfer is
         # inferred from the pointer values." (unified virtual addressing)
-        from trt_kv.emulator.memory import is_device_pointer
-
         sides = "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
     else:
         sides = _KINDS[kind]

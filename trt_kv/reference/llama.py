@@ -1,7 +1,9 @@
-"""NumPy Llama forward with a KV cache: the independent check of the network builder.
+"""NumPy decoder forward with a KV cache: the independent check of the network builder.
 
-Same block structure as ``trt_kv.models.llama.network`` so the two read side by side, but
-plain NumPy on arrays. Pass float32 (or float64) weights for reference numerics.
+Same block structure and the same family switches (biases, q/k norm, norm offset,
+activation, embedding scale, partial rotary, sliding window: see
+:mod:`trt_kv.models.family`) as ``trt_kv.models.llama.network`` so the two read side by
+side, but plain NumPy on arrays. Pass float32 (or float64) weights for reference numerics.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import rope_tables
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
-from trt_kv.reference.ops import apply_rope, attention, kv_cache_update_, rms_norm, swiglu
+from trt_kv.reference.ops import apply_rope, attention, gated_mlp, kv_cache_update_, rms_norm
 
 Caches = list[tuple[np.ndarray, np.ndarray]]  # per layer (K, V), each [B, N_kv, S_max, H]
 
@@ -26,8 +28,29 @@ def empty_caches(
     ]
 
 
+def _norm(cfg: LlamaConfig, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """RMSNorm over the last axis, scaled by ``norm_offset + weight`` (Gemma: 1 + w)."""
+    return rms_norm(x, weight + weight.dtype.type(cfg.norm_offset), cfg.rms_norm_eps)
+
+
+def _project(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """``x [..., In] @ w[Out, In]^T (+ bias [Out])``."""
+    y = x @ w.T
+    return y if bias is None else y + bias
+
+
+def _heads(cfg: LlamaConfig, x: np.ndarray, n: int, norm: np.ndarray | None = None) -> np.ndarray:
+    """``[B, S, N * H] -> [B, N, S, H]``, each head RMS-normalized first when ``norm [H]``."""
+    b, s, _ = x.shape
+    x = x.reshape(b, s, n, cfg.head_dim)
+    if norm is not None:
+        x = _norm(cfg, x, norm)
+    return x.transpose(0, 2, 1, 3)
+
+
 def _attention_block(
     cfg: LlamaConfig,
+    layer: int,
     lw: LayerWeights,
     x: np.ndarray,
     positions: np.ndarray,
@@ -40,19 +63,22 @@ def _attention_block(
     ``rope``: the (cos, sin) tables ``[S_max, H/2]``."""
     b, s, _ = x.shape
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = (x @ lw.wq.T).reshape(b, s, nq, h).transpose(0, 2, 1, 3)  # [B, Nq, S, H]
-    k = (x @ lw.wk.T).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)  # [B, Nkv, S, H]
-    v = (x @ lw.wv.T).reshape(b, s, nkv, h).transpose(0, 2, 1, 3)
-    q = apply_rope(q, *rope, positions)
-    k = apply_rope(k, *rope, positions)
+    q = _heads(cfg, _project(x, lw.wq, lw.bq), nq, lw.q_norm)  # [B, Nq, S, H]
+    k = _heads(cfg, _project(x, lw.wk, lw.bk), nkv, lw.k_norm)  # [B, Nkv, S, H]
+    v = _heads(cfg, _project(x, lw.wv, lw.bv), nkv)
+    q = apply_rope(q, *rope, positions, rotary_dim=cfg.rotary_dim)
+    k = apply_rope(k, *rope, positions, rotary_dim=cfg.rotary_dim)
     k_all = kv_cache_update_(cache[0], k.astype(cache[0].dtype), write_indices)
     v_all = kv_cache_update_(cache[1], v.astype(cache[1].dtype), write_indices)
     n = int(kv_lengths.max())  # keys past every sequence's length are never seen
     j = np.arange(n)
-    keep = (j[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, n]
+    keep = j[None, None, :] <= positions[:, :, None]  # [B, S, n]
+    window = cfg.window(layer)
+    if window is not None:  # position - window < j <= position, over the linear cache
+        keep &= j[None, None, :] > positions[:, :, None] - window
     k_all, v_all = (c[:, :, :n].astype(q.dtype, copy=False) for c in (k_all, v_all))
-    out = attention(q, k_all, v_all, mask=keep, kv_lengths=kv_lengths)
-    return out.transpose(0, 2, 1, 3).reshape(b, s, nq * h) @ lw.wo.T
+    out = attention(q, k_all, v_all, mask=keep[:, None], kv_lengths=kv_lengths)
+    return _project(out.transpose(0, 2, 1, 3).reshape(b, s, nq * h), lw.wo, lw.bo)
 
 
 def forward(
@@ -77,17 +103,21 @@ def forward(
         logits ``[B, S, V]`` in the weights' dtype.
     """
     x = w.embed[input_ids]  # [B, S, D]
+    if cfg.embed_scale:  # sqrt(D) rounded to the compute dtype first, as Hugging Face does
+        x = x * np.asarray(cfg.hidden_size**0.5, x.dtype)
     rope = rope_tables(cfg, caches[0][0].shape[2])  # computed once per step, not per layer
-    for lw, cache in zip(w.layers, caches):
+    for i, (lw, cache) in enumerate(zip(w.layers, caches)):
         x = x + _attention_block(
             cfg,
+            i,
             lw,
-            rms_norm(x, lw.attn_norm, cfg.rms_norm_eps),
+            _norm(cfg, x, lw.attn_norm),
             positions,
             rope,
             cache,
             write_indices,
             kv_lengths,
         )
-        x = x + swiglu(rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps), lw.w_gate, lw.w_up, lw.w_down)
-    return rms_norm(x, w.final_norm, cfg.rms_norm_eps) @ w.head.T
+        mlp_in = _norm(cfg, x, lw.mlp_norm)
+        x = x + gated_mlp(mlp_in, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
+    return _norm(cfg, x, w.final_norm) @ w.head.T

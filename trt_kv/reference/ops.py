@@ -145,12 +145,34 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def swiglu(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
-    """Llama MLP: ``(silu(x W_gate^T) * x W_up^T) W_down^T``.
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (``gelu_pytorch_tanh``):
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, in the dtype of ``x``."""
+    inner = np.asarray(np.sqrt(2.0 / np.pi), x.dtype) * (x + np.asarray(0.044715, x.dtype) * x**3)
+    return np.asarray(0.5, x.dtype) * x * (1.0 + np.tanh(inner))
+
+
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+
+
+def gated_mlp(
+    x: np.ndarray,
+    w_gate: np.ndarray,
+    w_up: np.ndarray,
+    w_down: np.ndarray,
+    activation: str = "silu",
+) -> np.ndarray:
+    """Gated MLP: ``(act(x W_gate^T) * x W_up^T) W_down^T``, act one of :data:`ACTIVATIONS`
+    (SwiGLU for "silu", GeGLU-tanh for "gelu_tanh").
 
     x: ``[..., D]``; w_gate, w_up: ``[F, D]``; w_down: ``[D, F]`` (Hugging Face layout).
     """
-    return (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+    return (ACTIVATIONS[activation](x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
+def swiglu(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+    """Llama MLP: ``(silu(x W_gate^T) * x W_up^T) W_down^T`` (see :func:`gated_mlp`)."""
+    return gated_mlp(x, w_gate, w_up, w_down, "silu")
 
 
 def apply_rope(

@@ -34,10 +34,19 @@ class DeviceCaches(CacheStorage):
         ``[B, N, S_max, H]`` that TensorRT reads as one dense tensor.
 
         Raises:
-            SlotError: the address is not 256-byte aligned (possible when a slot's size is not
-                a multiple of 256 bytes); windows may start at multiples of
-                :meth:`window_step`.
+            SlotError: as :meth:`check_window`.
         """
+        self._check_aligned(name, lo)
+        return self.buffers[name].ptr + lo * self.slot_bytes[name]
+
+    def check_window(self, lo: int) -> None:
+        """Raise SlotError unless every cache's window at slot ``lo`` is 256-byte aligned
+        (possible only at multiples of :meth:`window_step` when a slot is not a multiple of
+        256 bytes)."""
+        for name in self.buffers:
+            self._check_aligned(name, lo)
+
+    def _check_aligned(self, name: str, lo: int) -> None:
         # TensorRT, IExecutionContext::setTensorAddress: "The pointer must have at least
         # 256-byte alignment." Slots cannot be padded apart: a window of B slots must be one
         # dense [B, N, S_max, H] tensor.
@@ -53,7 +62,6 @@ class DeviceCaches(CacheStorage):
                     f"{self.slot_bytes[name]} bytes)",
                 )
             )
-        return self.buffers[name].ptr + lo * self.slot_bytes[name]
 
     def window_step(self, name: str) -> int:
         """Windows of cache ``name`` may start at slots that are multiples of this

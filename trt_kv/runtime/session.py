@@ -42,7 +42,9 @@ class Session:
         lo = check_int("lo", lo)
         if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
             raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
-        return self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
+        plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
+        self.storage.check_window(lo)
+        return plan
 
     def _slots(self, slots: Sequence[int]) -> list[int]:
         if isinstance(slots, (str, bytes)) or not isinstance(slots, (Sequence, np.ndarray)):

@@ -49,6 +49,11 @@ class CacheStorage(ABC):
     def write_slot(self, name: str, slot: int, rows: np.ndarray) -> None:
         """Write ``rows [N, L, H]`` into the first L rows of one cache's slot."""
 
+    def check_window(self, lo: int) -> None:
+        """Raise SlotError if a step's window of slots cannot start at ``lo`` (any slot can
+        here; device storage needs 256-byte aligned window addresses)."""
+        return None  # host arrays: a window may start at any slot
+
     # -- derived -----------------------------------------------------------------------
     def nbytes(self) -> dict[str, int]:
         """Bytes per cache buffer."""
@@ -93,7 +98,7 @@ class CacheStorage(ABC):
     def _check_rows(self, name: str, rows: object) -> np.ndarray:
         """``rows [N, L <= S_max, H]`` cast to the cache dtype, or ShapeError / DTypeError."""
         n, s_max, h = self.slot_shape
-        rows = np.asarray(rows)
+        rows = as_array(name, rows)
         if rows.ndim != 3 or rows.shape[0] != n or rows.shape[2] != h or rows.shape[1] > s_max:
             raise ShapeError(mismatch(name, "rows shape", (n, f"L <= {s_max}", h), rows.shape))
         return cast_rows(name, rows, self.dtype(name))
@@ -141,7 +146,7 @@ class CacheStorage(ABC):
             named += list(zip(cache_names(i)[:2], pair))
         checked = []
         for name, arr in named:  # check all before writing any: nothing half-written
-            arr = np.asarray(arr)
+            arr = as_array(name, arr)
             if arr.ndim != 4 or arr.shape[0] != len(slots):
                 raise ShapeError(mismatch(name, "shape [B, N, L, H] with B", len(slots), arr.shape))
             checked.append((name, [self._check_rows(name, a) for a in arr]))
@@ -154,6 +159,14 @@ class CacheStorage(ABC):
             for s, r in zip(slots, rows):
                 self.write_slot(name, s, r)
         return lengths[0] if lengths else 0
+
+
+def as_array(name: str, value: object) -> np.ndarray:
+    """``value`` as a NumPy array; ShapeError (with the cause) for a ragged nesting."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as err:
+        raise ShapeError(mismatch(name, "an array", "", type(value).__name__)) from err
 
 
 def cast_rows(name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:

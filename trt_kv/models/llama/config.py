@@ -1,152 +1,52 @@
-"""Llama-family configuration: one dataclass, a SmolLM2-135M preset, ``from_hf``.
+"""Decoder configuration: one dataclass for every family, a SmolLM2-135M preset, ``from_hf``.
 
-Which ``config.json`` keys matter was read off transformers' ``LlamaConfig``,
-``PreTrainedConfig`` and ``modeling_llama.py`` (5.x): ``ACCEPTED`` keys do not change the
-network (bookkeeping, token ids, training-only settings); ``IMPLEMENTED`` ones are read into
-:class:`LlamaConfig`; ``REFUSED_UNLESS`` keys change the network, and only the value built here
-is accepted. Any other key is refused, so nothing that could change the network passes
-unread.
+The family switches (biases, q/k norm, norm offset, activation, embedding scale, partial
+rotary, sliding window) default to Llama; :mod:`trt_kv.models.family` reads them from
+``config.json``.
+
+Which other ``config.json`` keys are accepted, read or refused: :mod:`.config_keys`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from trt_kv.errors import ConfigError, mismatch
+from trt_kv.models.family import SLIDING, family_of, family_switches
+from trt_kv.models.llama.config_keys import ACCEPTED, IMPLEMENTED, REFUSED_UNLESS, REQUIRED, SIZES
 
-# model_type -> architecture built for it (a family added later is one more entry).
-MODEL_TYPES = {"llama": "LlamaForCausalLM"}
-
-# Keys that do not change the network. Bookkeeping written by save_pretrained and the hub;
-# token ids (generation reads EOS from generation_config.json / config.json); settings used
-# only in training (dropout, initializer_range, gradient checkpointing); output switches;
-# generation defaults older transformers stored in config.json; and keys modeling_llama.py
-# never reads: pretraining_tp (transformers < 4.45 split each matmul into that many slices
-# and summed them, the same product), rope_interleaved and is_llama_config (nanotron's).
-ACCEPTED = frozenset(
-    {
-        "_name_or_path",
-        "_model_name_or_path",
-        "_commit_hash",
-        "_attn_implementation_autoset",
-        "architectures",
-        "model_type",
-        "transformers_version",
-        "torch_dtype",
-        "dtype",
-        "use_bfloat16",
-        "bos_token_id",
-        "eos_token_id",
-        "pad_token_id",
-        "unk_token_id",
-        "sep_token_id",
-        "decoder_start_token_id",
-        "use_cache",
-        "initializer_range",
-        "attention_dropout",
-        "hidden_dropout",
-        "gradient_checkpointing",
-        "output_attentions",
-        "output_hidden_states",
-        "return_dict",
-        "torchscript",
-        "id2label",
-        "label2id",
-        "problem_type",
-        "finetuning_task",
-        "tokenizer_class",
-        "prefix",
-        "task_specific_params",
-        "chunk_size_feed_forward",
-        "pruned_heads",
-        "tf_legacy_loss",
-        "is_decoder",
-        "is_encoder_decoder",
-        "add_cross_attention",
-        "tie_encoder_decoder",
-        "cross_attention_hidden_size",
-        "max_length",
-        "min_length",
-        "do_sample",
-        "early_stopping",
-        "num_beams",
-        "num_beam_groups",
-        "diversity_penalty",
-        "temperature",
-        "top_k",
-        "top_p",
-        "typical_p",
-        "repetition_penalty",
-        "length_penalty",
-        "no_repeat_ngram_size",
-        "encoder_no_repeat_ngram_size",
-        "bad_words_ids",
-        "num_return_sequences",
-        "output_scores",
-        "return_dict_in_generate",
-        "forced_bos_token_id",
-        "forced_eos_token_id",
-        "remove_invalid_values",
-        "exponential_decay_length_penalty",
-        "suppress_tokens",
-        "begin_suppress_tokens",
-        "pretraining_tp",
-        "rope_interleaved",
-        "is_llama_config",
-    }
-)
-
-_REQUIRED = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-)
-# Sizes that must be integers > 0.
-_SIZES = (*_REQUIRED, "num_key_value_heads", "head_dim", "max_position_embeddings")
-# Keys read into LlamaConfig (their values are checked).
-IMPLEMENTED = frozenset(
-    {
-        *_SIZES,
-        "rms_norm_eps",
-        "rope_theta",
-        "rope_parameters",
-        "rope_scaling",
-        "tie_word_embeddings",
-    }
-)
-
-
-def _full_attention_only(v: object) -> bool:
-    # transformers renames the legacy "attention" to "full_attention"
-    return v is None or (
-        isinstance(v, list) and all(t in ("full_attention", "attention") for t in v)
-    )
-
-
-# Keys that change the network: key -> (is the value the one built here?, what is built).
-REFUSED_UNLESS = {
-    "hidden_act": (lambda v: v in ("silu", "swish"), "'silu' (SwiGLU)"),
-    "attention_bias": (lambda v: v is False, "false (no attention biases)"),
-    "mlp_bias": (lambda v: v is False, "false (no MLP biases)"),
-    "sliding_window": (lambda v: v is None, "null (no sliding window)"),
-    "attention_chunk_size": (lambda v: v is None, "null (no chunked attention)"),
-    "layer_types": (_full_attention_only, "only 'full_attention' layers"),
-    "quantization_config": (lambda v: False, "no quantization (float weights)"),
-}
-
+_LONGROPE_FIELDS = ("short_factor", "long_factor")
 _LLAMA3_FIELDS = (
     "factor",
     "low_freq_factor",
     "high_freq_factor",
     "original_max_position_embeddings",
 )
-_ROPE_KEYS = {"default": {"rope_type", "type", "rope_theta"}}
+# rope type -> the keys its rope_parameters / rope_scaling may hold
+_ROPE_KEYS = {"default": {"rope_type", "type", "rope_theta", "partial_rotary_factor"}}
 _ROPE_KEYS["llama3"] = _ROPE_KEYS["default"] | set(_LLAMA3_FIELDS)
+_ROPE_KEYS["longrope"] = _ROPE_KEYS["default"] | {
+    *_LONGROPE_FIELDS,
+    "factor",
+    "attention_factor",
+    "original_max_position_embeddings",
+}
+# LlamaConfig fields that are family switches (written by to_json only when not Llama's).
+_SWITCHES = (
+    "model_type",
+    "qkv_bias",
+    "o_bias",
+    "qk_norm",
+    "norm_offset",
+    "activation",
+    "embed_scale",
+    "partial_rotary_factor",
+    "sliding_window",
+    "layer_types",
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +57,18 @@ class RopeScaling:
     low_freq_factor: float
     high_freq_factor: float
     original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class LongRope:
+    """``rope_scaling`` of type "longrope" (Phi-3): per-frequency divisors ``[R/2]`` (short
+    up to ``original_max_position_embeddings`` positions, long beyond) and a cos/sin
+    multiplier."""
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    attention_factor: float
 
 
 def _positive_int(name: str, value: object) -> None:
@@ -172,11 +84,13 @@ def _positive_number(name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """Shape of a Llama-family decoder. Defaults are HuggingFaceTB/SmolLM2-135M.
+    """Shape and switches of a decoder (every family: see :mod:`trt_kv.models.family`).
+    Defaults are HuggingFaceTB/SmolLM2-135M (Llama switches).
 
     Raises:
         ConfigError: a size that is not a positive integer, heads not a multiple of KV
-            heads, an odd head size, a non-positive eps or theta.
+            heads, an odd head size, a non-positive eps or theta, an unknown family or
+            activation, a rotary size that is not even.
     """
 
     vocab_size: int = 49152
@@ -188,12 +102,35 @@ class LlamaConfig:
     head_dim: int = 64
     rms_norm_eps: float = 1e-5
     rope_theta: float = 100000.0
-    rope_scaling: RopeScaling | None = None
+    rope_scaling: RopeScaling | LongRope | None = None
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 8192
+    model_type: str = "llama"
+    qkv_bias: bool = False  # biases on the q/k/v projections
+    o_bias: bool = False  # a bias on the output projection
+    qk_norm: bool = False  # per-head RMSNorm [H] of q and k before RoPE
+    norm_offset: float = 0.0  # RMSNorm scales by (norm_offset + w), in float32 when nonzero
+    activation: str = "silu"  # gated MLP activation: "silu" or "gelu_tanh"
+    embed_scale: bool = False  # embeddings times sqrt(D) in the compute dtype
+    partial_rotary_factor: float = 1.0  # RoPE rotates the first int(H * factor) dims
+    sliding_window: int | None = None  # keys j with position - window < j <= position
+    layer_types: tuple[str, ...] | None = None  # per layer; None: every layer (if windowed)
+
+    @property
+    def rotary_dim(self) -> int:
+        """R, the leading dims of each head that RoPE rotates (HF: ``int(H * factor)``)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of layer ``layer`` (None: full causal attention)."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is None or self.layer_types[layer] == SLIDING:
+            return self.sliding_window
+        return None
 
     def __post_init__(self) -> None:
-        for name in _SIZES:
+        for name in SIZES:
             _positive_int(name, getattr(self, name))
         _positive_number("rms_norm_eps", self.rms_norm_eps)
         _positive_number("rope_theta", self.rope_theta)
@@ -201,6 +138,17 @@ class LlamaConfig:
             raise ConfigError(
                 mismatch("tie_word_embeddings", "true or false", "", repr(self.tie_word_embeddings))
             )
+        if self.head_dim % 2:
+            raise ConfigError(mismatch("head_dim", "an even number", "", self.head_dim))
+        family_of(self.model_type)
+        if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
+            raise ConfigError(
+                mismatch("layer_types", "length", self.num_hidden_layers, len(self.layer_types))
+            )
+        if self.activation not in ("silu", "gelu_tanh"):
+            raise ConfigError(mismatch("activation", "one of", ("silu", "gelu_tanh"), ""))
+        if self.rotary_dim % 2 or self.rotary_dim <= 0:
+            raise ConfigError(mismatch("rotary_dim", "an even number > 0", "", self.rotary_dim))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
                 mismatch(
@@ -210,8 +158,6 @@ class LlamaConfig:
                     self.num_attention_heads,
                 )
             )
-        if self.head_dim % 2:
-            raise ConfigError(mismatch("head_dim", "an even number", "", self.head_dim))
 
     @classmethod
     def smollm2_135m(cls) -> LlamaConfig:
@@ -222,10 +168,11 @@ class LlamaConfig:
         """Read a Hugging Face ``config.json`` (a dict, the file, or its folder).
 
         Raises:
-            ConfigError: a model type not in ``MODEL_TYPES``; a ``REFUSED_UNLESS`` key with
-                a value not built here; a rope type other than default/llama3; a key in no
-                list; a missing required key; a value of the wrong type or range. Each
-                message names the key and the value.
+            ConfigError: a model type not in ``trt_kv.models.family.FAMILIES``; a switch that
+                family does not build (activation, biases, window); a ``REFUSED_UNLESS`` key
+                at a value not built here; a rope type other than default/llama3/longrope
+                (Phi-3); a key in no list; a missing required key; a value of the wrong type
+                or range. Each message names the key and the value.
         """
         if not isinstance(source, dict):
             from trt_kv.checkpoints.hf import read_json
@@ -233,30 +180,27 @@ class LlamaConfig:
             path = Path(source)
             source = read_json(path / "config.json" if path.is_dir() else path)
         d = source
-        model_type = d.get("model_type", "llama")
-        if model_type not in MODEL_TYPES:
-            raise ConfigError(
-                mismatch("config.model_type", "one of", sorted(MODEL_TYPES), repr(model_type))
-            )
+        family = family_of(d.get("model_type", "llama"))
         for key, (built, what) in REFUSED_UNLESS.items():
             if key in d and not built(d[key]):
                 raise ConfigError(mismatch(f"config.{key}", what, "", json.dumps(d[key])))
-        unknown = sorted(k for k in d if k not in ACCEPTED | IMPLEMENTED | set(REFUSED_UNLESS))
+        known = ACCEPTED | IMPLEMENTED | set(REFUSED_UNLESS) | family.keys
+        unknown = sorted(k for k in d if k not in known)
         if unknown:
             raise ConfigError(
                 mismatch("config.json", "only keys trt_kv knows", "", f"unknown {unknown}")
             )
-        missing = [k for k in _REQUIRED if k not in d]
+        missing = [k for k in REQUIRED if k not in d]
         if missing:
             raise ConfigError(
-                mismatch("config.json", "the keys", list(_REQUIRED), f"missing {missing}")
+                mismatch("config.json", "the keys", list(REQUIRED), f"missing {missing}")
             )
-        theta, scaling = _rope(d)
+        for key in ("num_hidden_layers", "num_attention_heads", "hidden_size"):
+            _positive_int(key, d[key])
+        switches = family_switches(d, d["num_hidden_layers"])
+        theta, scaling, partial = _rope(d)
         heads = d["num_attention_heads"]
-        _positive_int("num_attention_heads", heads)
-        _positive_int("hidden_size", d["hidden_size"])
-        kv_heads = d.get("num_key_value_heads")
-        head_dim = d.get("head_dim")
+        kv_heads, head_dim = d.get("num_key_value_heads"), d.get("head_dim")
         return cls(
             vocab_size=d["vocab_size"],
             hidden_size=d["hidden_size"],
@@ -270,54 +214,132 @@ class LlamaConfig:
             rope_scaling=scaling,
             tie_word_embeddings=d.get("tie_word_embeddings", False),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
+            partial_rotary_factor=partial,
+            **switches,
         )
 
     def to_hf(self) -> dict:
-        """The ``config.json`` transformers would write for this shape (``from_hf``'s inverse)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("rope_theta", "rope_scaling")}
+        """The ``config.json`` transformers would write for a Llama of this shape
+        (``from_hf``'s inverse; llama3 RoPE scaling kept, family switches not written).
+
+        Raises:
+            ConfigError: a config with another family's switches.
+        """
+        switched = [
+            f.name
+            for f in fields(self)
+            if f.name in _SWITCHES and getattr(self, f.name) != f.default
+        ]
+        if switched:
+            raise ConfigError(mismatch("to_hf", "Llama switches only", "", f"switched {switched}"))
+        skip = ("rope_theta", "rope_scaling", *_SWITCHES)
+        d = {k: v for k, v in asdict(self).items() if k not in skip}
         rope = {"rope_type": "default", "rope_theta": self.rope_theta}
-        if self.rope_scaling is not None:
+        if isinstance(self.rope_scaling, RopeScaling):
             rope = {**rope, "rope_type": "llama3", **asdict(self.rope_scaling)}
         return {
-            "architectures": [MODEL_TYPES["llama"]],
+            "architectures": [family_of("llama").architecture],
             "model_type": "llama",
             **d,
             "rope_parameters": rope,
         }
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The fields as JSON values; family switches only where they differ from Llama's
+        (a Llama config reads as it always did)."""
+        d = asdict(self)
+        for f in fields(self):
+            if f.name in _SWITCHES and d[f.name] == f.default:
+                del d[f.name]
+        if d.get("layer_types") is not None:
+            d["layer_types"] = list(d["layer_types"])
+        if isinstance(self.rope_scaling, LongRope):
+            d["rope_scaling"] = {
+                k: list(v) if isinstance(v, tuple) else v for k, v in d["rope_scaling"].items()
+            }
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> LlamaConfig:
         d = dict(d)
-        if d.get("rope_scaling"):
-            d["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+        rope = d.get("rope_scaling")
+        if rope and "short_factor" in rope:
+            rope = {**rope, **{k: tuple(rope[k]) for k in _LONGROPE_FIELDS}}
+            d["rope_scaling"] = LongRope(**rope)
+        elif rope:
+            d["rope_scaling"] = RopeScaling(**rope)
+        if d.get("layer_types") is not None:
+            d["layer_types"] = tuple(d["layer_types"])
         return cls(**d)
 
 
-def _rope(d: dict) -> tuple[float, RopeScaling | None]:
-    """``(rope_theta, llama3 scaling or None)`` from ``rope_parameters`` (transformers >= 5)
-    or a legacy ``rope_scaling``, which replaces them whole (as transformers does), with theta
-    from the top level."""
-    rope = d.get("rope_scaling") or d.get("rope_parameters") or {}
+def _longrope(d: dict, rope: dict, rotary_dim: int) -> LongRope:
+    """Phi-3's longrope fields, with transformers' default attention factor
+    ``sqrt(1 + ln(factor) / ln(original))``, factor = max / original positions."""
+    original = rope.get(
+        "original_max_position_embeddings", d.get("original_max_position_embeddings")
+    )
+    absent = [k for k in _LONGROPE_FIELDS if k not in rope] + (
+        ["original_max_position_embeddings"] if original is None else []
+    )
+    if absent:
+        raise ConfigError(
+            mismatch(
+                "config.rope_scaling (longrope)",
+                "the keys",
+                list(_LONGROPE_FIELDS),
+                f"missing {absent}",
+            )
+        )
+    for key in _LONGROPE_FIELDS:
+        if len(rope[key]) != rotary_dim // 2:
+            raise ConfigError(
+                mismatch(f"config.rope_scaling.{key}", "length", rotary_dim // 2, len(rope[key]))
+            )
+    factor = rope.get("factor") or d.get("max_position_embeddings", 2048) / original
+    attention = rope.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return LongRope(
+        tuple(float(f) for f in rope["short_factor"]),
+        tuple(float(f) for f in rope["long_factor"]),
+        int(original),
+        float(attention),
+    )
+
+
+def _rope(d: dict) -> tuple[float, RopeScaling | LongRope | None, float]:
+    """``(rope_theta, scaling or None, partial_rotary_factor)`` from ``rope_parameters``
+    (transformers >= 5) or a legacy ``rope_scaling``, which replaces them whole (as
+    transformers does), with theta from the top level.
+
+    Raises:
+        ConfigError: a rope type other than default/llama3/longrope, keys that type does not
+            have, missing fields, values of the wrong type.
+    """
     key = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
+    rope = d.get(key) or {}
     if not isinstance(rope, dict):
         raise ConfigError(mismatch(f"config.{key}", "an object or null", "", json.dumps(rope)))
     theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
     _positive_number(f"config.{key}.rope_theta", theta)
+    partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+    _positive_number(f"config.{key}.partial_rotary_factor", partial)
     kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind not in _ROPE_KEYS:
-        raise ConfigError(
-            mismatch(f"config.{key}.rope_type", "one of", sorted(_ROPE_KEYS), repr(kind))
-        )
+    kinds = ("default", "llama3", "longrope")
+    if kind not in kinds or (kind == "longrope" and d.get("model_type") != "phi3"):
+        raise ConfigError(mismatch(f"config.{key}.rope_type", "one of", list(kinds), repr(kind)))
     extra = sorted(set(rope) - _ROPE_KEYS[kind])
     if extra:
         raise ConfigError(
             mismatch(f"config.{key} ({kind})", "no other keys", "", f"unknown {extra}")
         )
     if kind == "default":
-        return float(theta), None
+        return float(theta), None, float(partial)
+    if kind == "longrope":
+        heads = d["num_attention_heads"]
+        head_dim = d.get("head_dim") or d["hidden_size"] // heads
+        return float(theta), _longrope(d, rope, int(head_dim * partial)), float(partial)
     absent = [k for k in _LLAMA3_FIELDS if k not in rope]
     if absent:
         raise ConfigError(
@@ -333,4 +355,4 @@ def _rope(d: dict) -> tuple[float, RopeScaling | None]:
         float(rope["high_freq_factor"]),
         int(rope["original_max_position_embeddings"]),
     )
-    return float(theta), scaling
+    return float(theta), scaling, float(partial)

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.errors import ConfigError, mismatch
+from trt_kv.models.llama.config import LlamaConfig, LongRope
 
 _F32 = np.float32
 
@@ -23,16 +24,19 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
 
 
 def inv_freq(config: LlamaConfig) -> np.ndarray:
-    """Inverse frequencies ``[H/2]`` float32, with llama3 smoothing when configured.
+    """Inverse frequencies ``[R/2]`` float32 (R = ``config.rotary_dim``), with llama3
+    smoothing or longrope's short factors when configured.
 
     Every operation rounds to float32 as torch does (``scalar / tensor`` is a reciprocal
     times the scalar); ``theta ** e`` is the correctly rounded float32 power.
     """
-    h = config.head_dim
+    h = config.rotary_dim
     exponents = (np.arange(0, h, 2, dtype=_F32) / _F32(h)).astype(_F32)
     power = np.power(np.float64(config.rope_theta), exponents.astype(np.float64)).astype(_F32)
-    freq = _reciprocal(power)
     s = config.rope_scaling
+    if isinstance(s, LongRope):
+        return _reciprocal((np.asarray(s.short_factor, _F32) * power).astype(_F32))
+    freq = _reciprocal(power)
     if s is None:
         return freq
     old = s.original_max_position_embeddings
@@ -47,12 +51,34 @@ def inv_freq(config: LlamaConfig) -> np.ndarray:
 
 
 def rope_angles(config: LlamaConfig, num_positions: int) -> np.ndarray:
-    """``[P, H/2]`` float32 angles ``float32(p) * inv_freq`` for positions ``0..P-1``."""
+    """``[P, R/2]`` float32 angles ``float32(p) * inv_freq`` for positions ``0..P-1``."""
     positions = np.arange(num_positions, dtype=_F32)[:, None]
     return (positions * inv_freq(config)[None, :]).astype(_F32)
 
 
 def rope_tables(config: LlamaConfig, num_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(cos, sin)``, each ``[P, H/2]`` float32 for positions ``0..P-1``."""
+    """``(cos, sin)``, each ``[P, R/2]`` float32 for positions ``0..P-1`` (times longrope's
+    attention factor, in float32, as Hugging Face does).
+
+    Raises:
+        ConfigError: longrope with P past ``original_max_position_embeddings``: Hugging Face
+            then switches every position, cached keys included, to the long factors, which a
+            cache of already-rotated keys cannot follow; trt_kv builds the short factors only.
+    """
     angles = rope_angles(config, num_positions).astype(np.float64)
-    return np.cos(angles).astype(_F32), np.sin(angles).astype(_F32)
+    cos, sin = np.cos(angles).astype(_F32), np.sin(angles).astype(_F32)
+    s = config.rope_scaling
+    if isinstance(s, LongRope):
+        if num_positions > s.original_max_position_embeddings:
+            raise ConfigError(
+                mismatch(
+                    "max_seq_len (longrope)",
+                    f"<= original_max_position_embeddings = {s.original_max_position_embeddings}"
+                    " (short factors only)",
+                    "",
+                    num_positions,
+                )
+            )
+        factor = _F32(s.attention_factor)
+        cos, sin = (cos * factor).astype(_F32), (sin * factor).astype(_F32)
+    return cos, sin

@@ -30,6 +30,12 @@ class LayerWeights:
     w_gate: np.ndarray  # [F, D]
     w_up: np.ndarray  # [F, D]
     w_down: np.ndarray  # [D, F]
+    bq: np.ndarray | None = None  # [Nq * H] (config.qkv_bias)
+    bk: np.ndarray | None = None  # [Nkv * H]
+    bv: np.ndarray | None = None  # [Nkv * H]
+    bo: np.ndarray | None = None  # [D] (config.o_bias)
+    q_norm: np.ndarray | None = None  # [H] (config.qk_norm)
+    k_norm: np.ndarray | None = None  # [H]
 
 
 @dataclass
@@ -64,7 +70,64 @@ _LAYER_NAMES = {
     "w_gate": "mlp.gate_proj.weight",
     "w_up": "mlp.up_proj.weight",
     "w_down": "mlp.down_proj.weight",
+    "bq": "self_attn.q_proj.bias",
+    "bk": "self_attn.k_proj.bias",
+    "bv": "self_attn.v_proj.bias",
+    "bo": "self_attn.o_proj.bias",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
 }
+# Phi-3's fused projections: fused name -> the names it splits into, in order.
+_FUSED = {
+    "self_attn.qkv_proj.weight": ("wq", "wk", "wv"),
+    "mlp.gate_up_proj.weight": ("w_gate", "w_up"),
+}
+
+
+def _switched_off(config: LlamaConfig) -> set[str]:
+    """Layer weights the config's switches leave out."""
+    off = set()
+    if not config.qkv_bias:
+        off |= {"bq", "bk", "bv"}
+    if not config.o_bias:
+        off.add("bo")
+    if not config.qk_norm:
+        off |= {"q_norm", "k_norm"}
+    return off
+
+
+def split_fused(tensors: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, np.ndarray]:
+    """Phi-3's fused ``qkv_proj`` ``[(Nq + 2 Nkv) H, D]`` and ``gate_up_proj`` ``[2F, D]``
+    as the separate Llama names (q, k, v rows in order; gate rows, then up); other tensors
+    pass through.
+
+    Raises:
+        ShapeError: a fused tensor whose rows are not the parts' sum.
+    """
+    h = config.head_dim
+    rows = {
+        "wq": config.num_attention_heads * h,
+        "wk": config.num_key_value_heads * h,
+        "wv": config.num_key_value_heads * h,
+        "w_gate": config.intermediate_size,
+        "w_up": config.intermediate_size,
+    }
+    out = {}
+    for name, array in tensors.items():
+        prefix, _, rest = name.partition(".layers.")
+        index, _, suffix = rest.partition(".")
+        if suffix not in _FUSED:
+            out[name] = array
+            continue
+        parts = _FUSED[suffix]
+        expected = (sum(rows[p] for p in parts), config.hidden_size)
+        if array.shape != expected:
+            raise ShapeError(mismatch(name, "shape", expected, array.shape))
+        start = 0
+        for part in parts:
+            out[f"{prefix}.layers.{index}.{_LAYER_NAMES[part]}"] = array[start : start + rows[part]]
+            start += rows[part]
+    return out
 
 
 def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -82,7 +145,15 @@ def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
         "w_gate": (f, d),
         "w_up": (f, d),
         "w_down": (d, f),
+        "bq": (q,),
+        "bk": (kv,),
+        "bv": (kv,),
+        "bo": (d,),
+        "q_norm": (h,),
+        "k_norm": (h,),
     }
+    for key in _switched_off(c):
+        del per_layer[key]
     shapes = {"model.embed_tokens.weight": (c.vocab_size, d), "model.norm.weight": (d,)}
     for i in range(c.num_hidden_layers):
         for key, shape in per_layer.items():
@@ -106,12 +177,15 @@ def _ignored(name: str, config: LlamaConfig) -> bool:
 
 def llama_weights(tensors: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:
     """The model's arrays from a checkpoint's Hugging Face names (the only place the names
-    are mapped), checked against ``config``; arrays keep their dtype.
+    are mapped; fused Phi-3 projections split), checked against ``config``; arrays keep their
+    dtype.
 
     Raises:
         ConfigError: a tensor missing, or one the model has no place for (extra layers,
-            biases). ShapeError: a tensor of the wrong shape. DTypeError: a non-float tensor.
+            biases the config does not switch on). ShapeError: a tensor of the wrong shape.
+            DTypeError: a non-float tensor.
     """
+    tensors = split_fused(tensors, config)
     shapes = expected_shapes(config)
     missing = sorted(set(shapes) - set(tensors))
     if missing:
@@ -148,8 +222,10 @@ def load_hf_weights(folder: str | Path, config: LlamaConfig) -> LlamaWeights:
 
 
 def _from_named(t: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:
+    off = _switched_off(config)
+    names = {k: n for k, n in _LAYER_NAMES.items() if k not in off}
     layers = [
-        LayerWeights(**{k: t[f"model.layers.{i}.{n}"] for k, n in _LAYER_NAMES.items()})
+        LayerWeights(**{k: t[f"model.layers.{i}.{n}"] for k, n in names.items()})
         for i in range(config.num_hidden_layers)
     ]
     head = None if config.tie_word_embeddings else t["lm_head.weight"]
@@ -161,7 +237,7 @@ def random_weights(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> Lla
     rng = np.random.default_rng(seed)
     tensors = {}
     for name, shape in track(expected_shapes(config).items(), "random weights", unit="tensor"):
-        if len(shape) == 1:
+        if name.endswith("norm.weight"):
             tensors[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:
             tensors[name] = (std * rng.standard_normal(shape)).astype(np.float32)
@@ -173,7 +249,8 @@ def to_hf_tensors(weights: LlamaWeights) -> dict[str, np.ndarray]:
     out = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.final_norm}
     for i, lw in enumerate(weights.layers):
         for key, name in _LAYER_NAMES.items():
-            out[f"model.layers.{i}.{name}"] = getattr(lw, key)
+            if getattr(lw, key) is not None:
+                out[f"model.layers.{i}.{name}"] = getattr(lw, key)
     if weights.lm_head is not None:
         out["lm_head.weight"] = weights.lm_head
     return out

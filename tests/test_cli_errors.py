@@ -1,0 +1,170 @@
+"""Every mistake a user can make on the ``trt-kv`` command line: one line
+``trt-kv: error: ...`` on stderr, exit status 2, no traceback, nothing built."""
+
+import pytest
+from cli_user import run_cli, write_tiny_model
+
+from trt_kv.cli import main
+from trt_kv.runtime.cuda import gpu_unavailable_reason
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def error_of(capsys, *argv):
+    """Run ``trt-kv ARGV`` in this process; the one stderr line it must print (exit 2)."""
+    try:
+        code = main(list(map(str, argv)))
+    except SystemExit as e:  # argparse's own refusals exit
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trt-kv: error: "), err
+    return lines[0].removeprefix("trt-kv: error: ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-seq-len", "-3"], "argument --max-seq-len: expected an integer >= 1, got -3"),
+        (["--max-batch", "0"], "argument --max-batch: expected an integer >= 1, got 0"),
+        (
+            ["--max-step-tokens", "x"],
+            "argument --max-step-tokens: expected an integer >= 1, got 'x'",
+        ),
+        (["--max-new-tokens", "0"], "argument --max-new-tokens: expected an integer >= 1, got 0"),
+        (
+            ["--temperature", "nan"],
+            "argument --temperature: expected a finite number >= 0.0, got nan",
+        ),
+        (
+            ["--temperature", "-1"],
+            "argument --temperature: expected a finite number >= 0.0, got -1",
+        ),
+        (["--top-k", "0"], "argument --top-k: expected an integer >= 1, got 0"),
+        (["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
+        (["--backend", "cuda"], "argument --backend: invalid choice: 'cuda'"),
+    ],
+)
+def test_out_of_range_options_are_refused_by_name(capsys, argv, message):
+    assert error_of(capsys, "generate", *argv).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1,,2", "--prompt-ids: expected '1,2,3;4,5' (no empty item at prompt 0), got '1,,2'"),
+        ("1,2;", "--prompt-ids: expected '1,2,3;4,5' (a non-empty prompt at prompt 1), got '1,2;'"),
+        ("", "--prompt-ids: expected '1,2,3;4,5' (a non-empty prompt at prompt 0), got ''"),
+        ("1,x", "--prompt-ids: expected '1,2,3;4,5', got '1,x'"),
+        ("1,2.5", "--prompt-ids: expected '1,2,3;4,5', got '1,2.5'"),
+        ("3,-1", "--prompt-ids: expected token ids >= 0, got -1"),
+    ],
+)
+def test_malformed_prompt_ids_are_refused_not_skipped(capsys, text, message):
+    assert error_of(capsys, "generate", "--prompt-ids", text) == message
+
+
+def test_out_of_vocabulary_ids_name_the_option_and_the_vocabulary(capsys, tiny_model):
+    message = error_of(capsys, "generate", "--model", tiny_model, "--prompt-ids", "1,2;3,97")
+    assert message == "--prompt-ids: expected token ids in [0, 97), got 97"
+
+
+def test_a_missing_model_folder_is_refused(capsys, tmp_path):
+    message = error_of(capsys, "generate", "--model", tmp_path / "nope")
+    nope = tmp_path / "nope"
+    assert message == (
+        f"--model: expected 'default', a model folder or a .gguf file, got {nope} "
+        "(no such folder or file)"
+    )
+    assert error_of(capsys, "build", "--model", tmp_path / "nope").startswith("--model: expected")
+
+
+def test_out_under_a_file_is_refused_before_building(capsys, tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    out = tmp_path / "a_file" / "engines"
+    message = error_of(capsys, "build", "--no-model", "--out", out)
+    assert message == f"--out: expected a folder, got {out} ({tmp_path / 'a_file'} is a file)"
+    assert not out.exists()
+
+
+def test_step_wider_than_the_cache_is_refused(capsys):
+    message = error_of(capsys, "build", "--max-seq-len", "16", "--max-step-tokens", "32")
+    assert message == "--max-step-tokens: expected <= --max-seq-len = 16, got 32"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--backend", "interpreter", "--cuda-graph"],
+            "--cuda-graph: expected --backend tensorrt, got interpreter",
+        ),
+        (
+            ["--backend", "reference", "--cuda-graph"],
+            "--cuda-graph: expected --backend tensorrt, got reference",
+        ),
+        (
+            ["--backend", "polygraphy", "--cuda-graph"],
+            "--cuda-graph: expected --backend tensorrt, got polygraphy",
+        ),
+        (
+            ["--backend", "interpreter", "--engine", "e.engine"],
+            "--engine: expected --backend tensorrt or polygraphy, got interpreter",
+        ),
+        (
+            ["--backend", "reference", "--engine", "e.engine"],
+            "--engine: expected --backend tensorrt or polygraphy, got reference",
+        ),
+    ],
+)
+def test_options_the_backend_would_ignore_are_refused(capsys, argv, message):
+    assert error_of(capsys, "generate", *argv) == message
+
+
+def test_bench_refuses_cuda_graph_on_a_cpu_backend_and_zero_sizes(capsys):
+    assert error_of(capsys, "bench", "--cuda-graph") == (
+        "--cuda-graph: expected --backend tensorrt, got interpreter"
+    )
+    assert error_of(capsys, "bench", "--batch", "1", "0").startswith(
+        "argument --batch: expected an integer >= 1, got 0"
+    )
+
+
+def test_prompt_and_prompt_ids_together_are_refused(capsys, tiny_model):
+    message = error_of(
+        capsys, "generate", "--model", tiny_model, "--prompt", "hi", "--prompt-ids", "1"
+    )
+    assert message == "--prompt: expected --prompt or --prompt-ids, got both"
+
+
+def test_a_malformed_tokenizer_is_a_config_error_with_its_cause(capsys, tiny_model):
+    (tiny_model / "tokenizer.json").write_text("{not json")
+    try:
+        message = error_of(capsys, "generate", "--model", tiny_model, "--prompt", "hi")
+    finally:
+        (tiny_model / "tokenizer.json").unlink()
+    assert message.startswith(f"{tiny_model / 'tokenizer.json'}: expected a tokenizer.json, got ")
+
+
+def test_a_user_sees_one_line_and_no_traceback(tmp_path):
+    out = run_cli("generate", "--temperature", "nan", check=False)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "trt-kv: error: argument --temperature: expected a finite number >= 0.0, got nan\n"
+    )
+    out = run_cli("generate", "--model", tmp_path / "missing", check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("trt-kv: error: --model: ")
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_demo_without_a_gpu_refuses_gpu_only_options_before_building(capsys, tmp_path):
+    message = error_of(capsys, "demo", "--cuda-graph", "--out", tmp_path)
+    assert message == (
+        "--cuda-graph: expected --backend tensorrt, got interpreter (the demo's pick: no GPU)"
+    )
+    assert not any(tmp_path.iterdir())

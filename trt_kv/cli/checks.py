@@ -1,0 +1,121 @@
+"""Argument checks of the ``trt-kv`` command line: argparse types that refuse what the
+runtime would reinterpret (negative sizes, NaN, ``1,,2``), and the checks that need several
+options at once (an option the chosen backend ignores, ``--out`` under a file, a missing
+``--model`` folder). Each failure is one ``trt-kv: error: ...`` line and exit status 2.
+
+Nothing heavy is imported here (``trt-kv --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from trt_kv.errors import ArgumentError, mismatch
+
+# Options that only one kind of backend reads: option -> backends it applies to.
+BACKEND_ONLY = {"engine": ("tensorrt", "polygraphy"), "cuda_graph": ("tensorrt",)}
+
+
+def integer(lo: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``lo`` (``--max-seq-len -3`` is refused by argparse)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def real(lo: float) -> Callable[[str], float]:
+    """argparse type: a finite number >= ``lo`` (``nan``, ``inf`` and ``-1`` refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number >= {lo}, got {text!r}") from None
+        if not math.isfinite(value) or value < lo:
+            raise argparse.ArgumentTypeError(f"expected a finite number >= {lo}, got {text}")
+        return value
+
+    parse.__name__ = f"number >= {lo}"
+    return parse
+
+
+def prompt_ids(text: str) -> list[list[int]]:
+    """``"1,2,3;4,5"`` -> ``[[1, 2, 3], [4, 5]]``; an empty prompt or item (``1,,2``,
+    ``1,2;``), a non-integer or a negative id is refused, never skipped.
+
+    Raises:
+        ArgumentError: naming ``--prompt-ids``, the expected form and the text.
+    """
+    prompts = []
+    for k, seq in enumerate(text.split(";")):
+        items = seq.split(",")
+        if any(not t.strip() for t in items):
+            what = "a non-empty prompt" if not seq.strip() else "no empty item"
+            raise ArgumentError(
+                mismatch("--prompt-ids", f"'1,2,3;4,5' ({what} at prompt {k})", "", repr(text))
+            )
+        try:
+            ids = [int(t) for t in items]
+        except ValueError as err:
+            raise ArgumentError(mismatch("--prompt-ids", "'1,2,3;4,5'", "", repr(text))) from err
+        if min(ids) < 0:
+            raise ArgumentError(mismatch("--prompt-ids", "token ids >= 0", "", min(ids)))
+        prompts.append(ids)
+    return prompts
+
+
+def check_vocabulary(prompts: list[list[int]], vocab_size: int, option: str) -> None:
+    """ArgumentError naming ``option`` when an id is outside ``[0, vocab_size)``."""
+    top = max(max(p) for p in prompts)
+    if top >= vocab_size:
+        raise ArgumentError(mismatch(option, f"token ids in [0, {vocab_size})", "", top))
+
+
+def check_backend_options(args: argparse.Namespace, backend: str, note: str = "") -> None:
+    """ArgumentError for an option given that ``backend`` would ignore (``--cuda-graph``,
+    ``--engine`` on a CPU backend)."""
+    for dest, backends in BACKEND_ONLY.items():
+        if getattr(args, dest, None) and backend not in backends:
+            flag = "--" + dest.replace("_", "-")
+            raise ArgumentError(
+                mismatch(flag, "--backend", " or ".join(backends), f"{backend}{note}")
+            )
+
+
+def check_model(args: argparse.Namespace) -> None:
+    """``--model`` is ``default``, an existing folder or a ``.gguf`` file; ``--out`` is (or
+    can become) a folder; ``--max-step-tokens`` <= ``--max-seq-len``. Raises ArgumentError."""
+    model = getattr(args, "model", "default")
+    path = Path(model)
+    gguf = path.suffix.lower() == ".gguf" and path.is_file()
+    if model != "default" and not path.is_dir() and not gguf:
+        state = "a file, not .gguf" if path.exists() else "no such folder or file"
+        raise ArgumentError(
+            mismatch(
+                "--model", "'default', a model folder or a .gguf file", "", f"{model} ({state})"
+            )
+        )
+    out = getattr(args, "out", None)
+    if out is not None:
+        for folder in (Path(out), *Path(out).parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise ArgumentError(
+                        mismatch("--out", "a folder", "", f"{out} ({folder} is a file)")
+                    )
+                break
+    seq, step = getattr(args, "max_seq_len", None), getattr(args, "max_step_tokens", None)
+    if seq is not None and step is not None and step > seq:
+        raise ArgumentError(mismatch("--max-step-tokens", f"<= --max-seq-len = {seq}", "", step))
