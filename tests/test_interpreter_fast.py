@@ -19,6 +19,7 @@ from tiny_models import TINY_GQA
 
 from trt_kv._trt import trt
 from trt_kv.builder.model_caches import cache_names
+from trt_kv.builder.routes import Routes
 from trt_kv.interpreter import compile_network
 from trt_kv.models.llama import build_llama_network, random_weights
 
@@ -47,8 +48,16 @@ STEPS = [
 ]
 
 
+ROUTES = {
+    "mask_only": Routes(),  # attention bounded by the causal mask alone
+    "key_value_lengths": Routes(key_value_lengths=True),
+    "primitive": Routes(attention="primitive"),  # matrix multiplies and softmax layers
+}
+
+
+@pytest.mark.parametrize("routes", list(ROUTES.values()), ids=list(ROUTES))
 @pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
-def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol):
+def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, routes):
     """float32: a few ulps (BLAS summation order). float16 networks round every tensor, so a
     last-bit float32 difference before a rounding can move that tensor by one float16 ulp
     (~1e-3 relative): the tolerance allows a few of them."""
@@ -59,6 +68,7 @@ def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol):
         max_batch=2,
         max_step_tokens=4,
         dtype=dtype,
+        routes=routes,
     )
     plans = {
         "fast": compile_network(net.network),

@@ -47,8 +47,8 @@ def refused(s, exc, match, call):
 @pytest.mark.parametrize(
     ("prompts", "lo", "exc", "match"),
     [
-        ([[1] * (S_MAX + 1)], 0, ShapeError, "at most max_step_tokens per step 6, got 13"),
-        ([[1] * (STEP + 1)], 0, ShapeError, "at most max_step_tokens per step 6, got 7"),
+        # longer than max_step_tokens: chunked, so only S_max bounds it (found in chunk 3)
+        ([[1] * (S_MAX + 1)], 0, CacheOverflowError, r"slot 0: expected length .* got 12 \+ 1"),
         ([[1], []], 0, SlotError, "slot 1: expected at least one new token"),
         ([[1]] * 4, 0, SlotError, "batch: expected at most capacity = 3, got 4"),
         ([[1], [2]], 2, SlotError, r"slot: expected an integer in \[0, 3\), got 3"),

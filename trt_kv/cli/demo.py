@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trt_kv.cli import build, common, generate
-from trt_kv.cli.checks import check_backend_options, check_model
+from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
 
 HELP = "build, then generate on the GPU (or the CPU interpreter without one)"
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
@@ -23,6 +23,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.emulate_gpu:
+        from trt_kv.emulator import emulated_gpu
+
+        with emulated_gpu():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from trt_kv.errors import ConfigError
     from trt_kv.examples import load_model
     from trt_kv.jobs import build_doc_example
@@ -33,15 +42,9 @@ def run(args: argparse.Namespace) -> int:
     check_backend_options(args, args.backend, " (the demo's pick: no GPU)" if reason else "")
     check_model(args)
     generate.check_prompt_options(args)  # refuse bad prompts before building anything
+    if args.prompt is None and args.prompt_ids is not None:
+        generate.check_fit(args, prompt_ids(args.prompt_ids), "--prompt-ids")
     model = load_model(args.model, progress=not args.quiet)
-    rows = [build_doc_example(args.out)]
-    rows.append(common.model_engine(args, model.name, model.config, model.weights, args.max_batch))
-    build.print_built(args.out, rows)
-    if reason is not None:
-        print(
-            f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
-            "running the same network's decode loop on the CPU interpreter instead"
-        )
     args.max_new_tokens = args.max_new_tokens or DEMO_MAX_NEW_TOKENS
     try:
         has_text = args.prompt_ids is None and model.checkpoint.tokenizer() is not None
@@ -50,13 +53,30 @@ def run(args: argparse.Namespace) -> int:
     runs = [(None, args.prompt, args.chat)]
     if args.prompt is None and has_text:
         runs = [(label, [text], chat) for label, text, chat in DEMO_PROMPTS]
-    backend = generate.make_backend(args, model.name, model.config, model.weights, 8)
+    asked = []  # (label, prompt texts, chat, prompt ids, tokenizer), all checked first
     for label, prompt, chat in runs:
         args.prompt, args.chat = prompt, chat
         prompts, tokenizer = generate.prompts_of(args, model)
-        shown = f"{label}> {prompt[0]}" if label else f"prompts={args.prompt_ids or prompt}"
-        print(f"\n[{model.name}, backend={backend.name}] {shown}")
-        generate.generate_and_print(
-            args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids
+        generate.check_fit(args, prompts, "--prompt" if prompt else "--prompt-ids")
+        asked.append((label, prompt, chat, prompts, tokenizer))
+    rows = [build_doc_example(args.out)]
+    rows.append(common.model_engine(args, model.name, model.config, model.weights, args.max_batch))
+    build.print_built(args.out, rows)
+    if reason is not None:
+        print(
+            f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
+            "running the same network's decode loop on the CPU interpreter instead"
         )
+    backend = generate.make_backend(args, model.name, model.config, model.weights, 8)
+    where = " (emulated GPU)" if args.emulate_gpu else ""
+    try:
+        for label, prompt, chat, prompts, tokenizer in asked:
+            args.prompt, args.chat = prompt, chat
+            shown = f"{label}> {prompt[0]}" if label else f"prompts={args.prompt_ids or prompt}"
+            print(f"\n[{model.name}, backend={backend.name}{where}] {shown}")
+            generate.generate_and_print(
+                args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids
+            )
+    finally:
+        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     return 0

@@ -11,6 +11,7 @@ from trt_kv.cli import common
 from trt_kv.cli.checks import (
     check_backend_options,
     check_model,
+    check_prompt_lengths,
     check_vocabulary,
     integer,
     prompt_ids,
@@ -55,6 +56,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
+    p.add_argument(
+        "--emulate-gpu",
+        action="store_true",
+        help="run tensorrt/polygraphy on trt_kv's emulated GPU, on the CPU (a test of the "
+        "decode loop; results are emulated, not measured on a GPU)",
+    )
     p.add_argument(
         "--json", action="store_true", help="one JSON line: backend, ids, text, tokens/s"
     )
@@ -176,6 +183,23 @@ class _Stream:
                 sys.stdout.flush()
 
 
+def new_tokens(args: argparse.Namespace, prompts: list[list[int]]) -> int:
+    """``--max-new-tokens``, else 8 for ids and 64 for text, at most what fits ``S_max``."""
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens
+    room = args.max_seq_len - max(map(len, prompts)) + 1
+    return max(1, min(64 if args.prompt is not None else 8, room))
+
+
+def check_fit(args: argparse.Namespace, prompts: list[list[int]], option: str) -> None:
+    """Widen ``--max-step-tokens`` (when not given) to the longest prompt, then refuse
+    prompts that cannot fit a step or the cache (ArgumentError naming ``option``)."""
+    if args.max_step_tokens is None:  # room for the longest prompt in one step
+        args.max_step_tokens = min(args.max_seq_len, max(64, *map(len, prompts)))
+    step = common.max_step_tokens(args)
+    check_prompt_lengths(prompts, step, args.max_seq_len, new_tokens(args, prompts), option)
+
+
 def generate_and_print(
     args: argparse.Namespace,
     backend: object,
@@ -192,20 +216,19 @@ def generate_and_print(
 
     text_mode = args.prompt is not None and not args.json
     stream = _Stream(tokenizer) if text_mode and len(prompts) == 1 else None
-    room = args.max_seq_len - max(map(len, prompts)) + 1  # what fits in S_max
-    max_new = args.max_new_tokens or max(1, min(64 if args.prompt is not None else 8, room))
     result = generate(
         Session(backend),
         prompts,
-        max_new,
+        new_tokens(args, prompts),
         Sampler(args.temperature, args.top_k, args.seed),
         eos_ids=() if args.ignore_eos else eos_ids,
         on_token=stream,
     )
     texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
-    summary = f"{backend.name}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s"
+    where = " (emulated GPU)" if args.emulate_gpu else ""
+    summary = f"{backend.name}{where}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s"
     if args.json:
-        out = {"backend": backend.name, "ids": result.ids}
+        out = {"backend": backend.name, "emulated_gpu": args.emulate_gpu, "ids": result.ids}
         if texts is not None:
             out["text"] = texts
         print(json.dumps({**out, "tokens_per_s": round(result.tokens_per_s, 3)}))
@@ -223,6 +246,15 @@ def generate_and_print(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.emulate_gpu:
+        from trt_kv.emulator import emulated_gpu
+
+        with emulated_gpu():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.runtime.cuda import require_gpu
 
@@ -231,10 +263,14 @@ def run(args: argparse.Namespace) -> int:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
     check_prompt_options(args)
+    if args.prompt is None:  # ids: their lengths are known before loading
+        check_fit(args, prompt_ids(_ids_text(args)), "--prompt-ids")
     model = load_model(args.model, progress=not args.quiet)
     prompts, tokenizer = prompts_of(args, model)
-    if args.max_step_tokens is None:  # room for the longest prompt in one step
-        args.max_step_tokens = min(args.max_seq_len, max(64, *map(len, prompts)))
+    check_fit(args, prompts, "--prompt" if args.prompt is not None else "--prompt-ids")
     backend = make_backend(args, model.name, model.config, model.weights, len(prompts))
-    generate_and_print(args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids)
+    try:
+        generate_and_print(args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids)
+    finally:
+        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     return 0

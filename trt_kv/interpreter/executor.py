@@ -133,7 +133,7 @@ class Plan:
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
-            steps = _relayout_transposed_constants(steps)
+            _relayout_transposed_constants(steps)
         self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
         self._program = [
             (
@@ -258,11 +258,12 @@ def _with_frees(steps: list[_Step], kept: set[str]) -> list[_Step]:
     return [replace(step, free=tuple(f)) for step, f in zip(steps, free)]
 
 
-def _relayout_transposed_constants(steps: list[_Step]) -> list[_Step]:
+def _relayout_transposed_constants(steps: list[_Step]) -> None:
     """Store each constant that every reader reads transposed (``Kernel.transposed_inputs``)
     with its last two axes transposed in memory: the same values, one copy, and the
     transpose the kernels take is C-contiguous (BLAS's fast non-transposed path). A constant
-    also read as is (an embedding table gathered and tied to the head) keeps its layout."""
+    also read as is (an embedding table gathered and tied to the head) keeps its layout.
+    Replaces the steps in place, so each old array is freed as soon as its copy exists."""
     constants = {
         step.outputs[0][0]: i
         for i, step in enumerate(steps)
@@ -273,7 +274,6 @@ def _relayout_transposed_constants(steps: list[_Step]) -> list[_Step]:
     for step in steps:
         for j, (name, _) in enumerate(step.inputs):
             (transposed if j in step.kernel.transposed_inputs else plain).add(name)
-    steps = list(steps)
     for name in (transposed - plain) & set(constants):
         i = constants[name]
         value = steps[i].kernel.fn(())
@@ -283,7 +283,7 @@ def _relayout_transposed_constants(steps: list[_Step]) -> list[_Step]:
         stored.flags.writeable = False
         kernel = replace(steps[i].kernel, fn=lambda x, v=stored: v)
         steps[i] = replace(steps[i], kernel=kernel)
-    return steps
+        del value, stored, kernel
 
 
 def compile_network(

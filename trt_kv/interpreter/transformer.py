@@ -87,6 +87,22 @@ def _unpack(x: Array, cumulative: Array) -> list[Array]:
     return [x[lo:hi].transpose(1, 0, 2)[None] for lo, hi in itertools.pairwise(bounds)]
 
 
+def _keys_seen(skv: int, mask: Array | None, kv_len: Array | None, causal: str) -> int:
+    """How many leading keys of ``skv`` attention may read: none at or past every
+    key_value_length is seen, nor any past the last column a bool mask keeps anywhere. At
+    least 1 (a row that sees nothing gives zeros either way). The mask bound is not used for
+    LOWER_RIGHT without lengths, whose diagonal is anchored at ``skv`` itself."""
+    n = skv
+    if kv_len is not None and len(kv_len):
+        n = min(n, int(kv_len.max()))
+    elif causal == "lower_right":
+        return skv
+    if mask is not None and mask.dtype == np.bool_ and mask.shape[-1] == skv > 0:
+        cols = mask.reshape(-1, skv).any(axis=0)
+        n = min(n, skv - int(np.argmax(cols[::-1])) if cols.any() else 0)
+    return min(skv, max(1, n))
+
+
 @handles(trt.LayerType.ATTENTION_INPUT, trt.IAttentionBoundaryLayer)
 def attention_input(layer: object, ctx: Context) -> Kernel:
     """Attention v2 (computed here; ATTENTION_OUTPUT passes the result on).
@@ -99,11 +115,10 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
     LOWER_RIGHT with key_value_lengths anchors the diagonal at each sequence's valid length
     L_b, as :func:`trt_kv.reference.ops.causal_keep` does, open question (b).
 
-    Fast path (``ctx.fast``): K/V arrive uncast and only the keys below the largest
-    key_value_length are read (and cast to the compute dtype): keys past every sequence's
-    length are never seen, so a decode step costs the context, not S_max. Keys between a
-    sequence's own length and that bound are dropped by the lengths as before, whatever
-    they hold (NaN in unwritten rows included).
+    Fast path (``ctx.fast``): K/V arrive uncast and only the keys up to the last one any
+    query may see are read (and cast to the compute dtype), see :func:`_keys_seen`: a decode
+    step costs the context, not S_max. Keys below that bound that a query may not see are
+    dropped by the mask and lengths as before, whatever they hold (NaN in unwritten rows).
     """
     att = layer.attention
     if att.norm_op != trt.AttentionNormalizationOp.SOFTMAX:
@@ -125,8 +140,8 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         q, k, v = x[0], x[1], x[2]
         mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
         if not (q_packed or kv_packed):
-            if ctx.fast and kv_len is not None and len(kv_len):
-                n = min(k.shape[2], max(1, int(kv_len.max())))
+            if ctx.fast:
+                n = _keys_seen(k.shape[2], mask, kv_len, causal)
                 k, v = k[:, :, :n], v[:, :, :n]
                 mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
             return attend(q, k, v, mask=mask, kv_lengths=kv_len)

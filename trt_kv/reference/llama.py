@@ -13,7 +13,14 @@ import numpy as np
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import rope_tables
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
-from trt_kv.reference.ops import apply_rope, attention, gated_mlp, kv_cache_update_, rms_norm
+from trt_kv.reference.ops import (
+    apply_rope,
+    attention,
+    gated_mlp,
+    kv_cache_update_,
+    linear,
+    rms_norm,
+)
 
 Caches = list[tuple[np.ndarray, np.ndarray]]  # per layer (K, V), each [B, N_kv, S_max, H]
 
@@ -35,7 +42,7 @@ def _norm(cfg: LlamaConfig, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 def _project(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """``x [..., In] @ w[Out, In]^T (+ bias [Out])``."""
-    y = x @ w.T
+    y = linear(x, w)
     return y if bias is None else y + bias
 
 
@@ -120,4 +127,4 @@ def forward(
         )
         mlp_in = _norm(cfg, x, lw.mlp_norm)
         x = x + gated_mlp(mlp_in, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
-    return _norm(cfg, x, w.final_norm) @ w.head.T
+    return linear(_norm(cfg, x, w.final_norm), w.head)

@@ -145,6 +145,12 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x W^T`` for ``x [..., In]`` and ``w [Out, In]`` (``nn.Linear`` layout) -> ``[..., Out]``,
+    as one ``[rows, In] @ [In, Out]`` product (NumPy would run one per leading index)."""
+    return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(*x.shape[:-1], w.shape[0])
+
+
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU, tanh approximation (``gelu_pytorch_tanh``):
     ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, in the dtype of ``x``."""
@@ -167,7 +173,7 @@ def gated_mlp(
 
     x: ``[..., D]``; w_gate, w_up: ``[F, D]``; w_down: ``[D, F]`` (Hugging Face layout).
     """
-    return (ACTIVATIONS[activation](x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+    return linear(ACTIVATIONS[activation](linear(x, w_gate)) * linear(x, w_up), w_down)
 
 
 def swiglu(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:

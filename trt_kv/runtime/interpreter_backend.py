@@ -9,12 +9,15 @@ from trt_kv.interpreter import compile_network
 from trt_kv.models.llama.network import LOGITS, LlamaNetwork
 from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.profiles import select_profile
 from trt_kv.runtime.storage import HostCaches
 
 
 class InterpreterBackend:
     """Executes the exact ``INetworkDefinition`` an engine is built from; the interpreter
-    updates the bound cache windows in place, as the GPU does."""
+    updates the bound cache windows in place, as the GPU does. Each step selects the
+    optimization profile an engine would run it with (``profile``: its index), so a shape no
+    profile holds raises ShapeError here as on a GPU."""
 
     name = "interpreter"
 
@@ -27,8 +30,10 @@ class InterpreterBackend:
         )
         self.max_step_tokens = net.max_step_tokens
         self.vocab_size = net.config.vocab_size
+        self.profile: int | None = None  # the profile of the last step
 
     def run(self, plan: StepPlan) -> np.ndarray:
         feed = step_feed(plan, self.inputs)
         feed.update(self.storage.window(plan.lo, len(plan.counts)))
+        self.profile = select_profile(self.net.profiles, {k: v.shape for k, v in feed.items()})
         return last_token_logits(self.plan.run(feed)[LOGITS], plan)

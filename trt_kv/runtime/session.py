@@ -15,7 +15,8 @@ import numpy as np
 
 from trt_kv.errors import ShapeError, SlotError, check_int, mismatch
 from trt_kv.runtime.backend import Backend
-from trt_kv.runtime.cache_state import CacheState, StepPlan, id_array
+from trt_kv.runtime.cache_state import CacheState, id_array
+from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
 
 
@@ -38,13 +39,34 @@ class Session:
         return self.state.capacity
 
     # -- steps -------------------------------------------------------------------------
-    def _plan(self, tokens: object, lo: int, *, from_empty: bool = False) -> StepPlan:
+    def _plan(self, tokens: object, lo: int, *, from_empty: bool = False) -> list[Chunk]:
+        """The step's plan, or its chunks' plans when wider than ``max_step_tokens``."""
         lo = check_int("lo", lo)
         if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
             raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
-        plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
-        self.storage.check_window(lo)
-        return plan
+        width = self.backend.max_step_tokens
+        if step_width(tokens) > width:  # chunked prefill
+            chunks = plan_chunks(self.state, lo, tokens, width, from_empty=from_empty)
+        else:
+            plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
+            chunks = [Chunk(plan, None)]
+        for chunk in chunks:
+            self.storage.check_window(chunk.plan.lo)
+        return chunks
+
+    def _run(self, chunks: list[Chunk], batch: int) -> np.ndarray:
+        """Run and commit each planned chunk; the last logits ``[B, V]`` of each sequence."""
+        if len(chunks) == 1 and chunks[0].last is None:
+            logits = self.backend.run(chunks[0].plan)
+            self.state.commit(chunks[0].plan)
+            return logits
+        out = np.empty((batch, self.backend.vocab_size), np.float32)
+        for chunk in chunks:
+            logits = self.backend.run(chunk.plan)
+            self.state.commit(chunk.plan)
+            for k, row in chunk.last:
+                out[k] = logits[row]
+        return out
 
     def _slots(self, slots: Sequence[int]) -> list[int]:
         if isinstance(slots, (str, bytes)) or not isinstance(slots, (Sequence, np.ndarray)):
@@ -53,16 +75,14 @@ class Session:
 
     def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
         """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an integer array
-        ``[B, S]``); returns each one's last logits ``[B, V]``.
+        ``[B, S]``); returns each one's last logits ``[B, V]``. A step wider than
+        ``max_step_tokens`` is fed in chunks (chunked prefill), with the logits of one step.
 
         Raises:
             SlotError, ShapeError, DTypeError, ArgumentError, CacheOverflowError: see
                 :meth:`CacheState.plan`; nothing has run or changed when they are raised.
         """
-        plan = self._plan(tokens, lo)
-        logits = self.backend.run(plan)
-        self.state.commit(plan)
-        return logits
+        return self._run(self._plan(tokens, lo), len(tokens))
 
     def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
         """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``.
@@ -70,12 +90,10 @@ class Session:
         The whole step is checked (as if the slots were empty) before any slot is reset:
         an error leaves every slot as it was. Raises as :meth:`step`.
         """
-        plan = self._plan(prompts, lo, from_empty=True)
-        for slot in plan.slots:
+        chunks = self._plan(prompts, lo, from_empty=True)
+        for slot in range(lo, lo + len(prompts)):
             self.reset(slot)
-        logits = self.backend.run(plan)
-        self.state.commit(plan)
-        return logits
+        return self._run(chunks, len(prompts))
 
     def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:
         """One new token per slot ``lo, lo + 1, ...`` (ids ``[B]``, integers); returns logits
