@@ -16,7 +16,11 @@ from pathlib import Path
 from trt_kv.errors import ArgumentError, mismatch
 
 # Options that only one kind of backend reads: option -> backends it applies to.
-BACKEND_ONLY = {"engine": ("tensorrt", "polygraphy"), "cuda_graph": ("tensorrt",)}
+BACKEND_ONLY = {
+    "engine": ("tensorrt", "polygraphy"),
+    "cuda_graph": ("tensorrt",),
+    "emulate_gpu": ("tensorrt", "polygraphy"),
+}
 
 
 def integer(lo: int) -> Callable[[str], int]:
@@ -49,6 +53,18 @@ def real(lo: float) -> Callable[[str], float]:
 
     parse.__name__ = f"number >= {lo}"
     return parse
+
+
+def routes(text: str) -> object:
+    """argparse type: ``--routes attention=primitive,rope=elementwise`` as a
+    :class:`trt_kv.builder.Routes` (imported only when the option is given)."""
+    from trt_kv.builder.routes import Routes
+    from trt_kv.errors import RouteError
+
+    try:
+        return Routes.parse(text)
+    except RouteError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def prompt_ids(text: str) -> list[list[int]]:

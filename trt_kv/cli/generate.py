@@ -40,6 +40,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
+    p.add_argument(
+        "--emulate-gpu",
+        action="store_true",
+        help="run tensorrt/polygraphy on trt_kv's emulated GPU, on the CPU (a test of the "
+        "decode loop; results are emulated, not measured on a GPU)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON line: backend, ids, tokens/s")
 
 
@@ -104,6 +110,7 @@ def make_backend(
             max_batch=batch,
             max_step_tokens=step_tokens,
             dtype=args.dtype,
+            routes=args.routes,
         )
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")
@@ -122,6 +129,15 @@ def make_backend(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.emulate_gpu:
+        from trt_kv.emulator import emulated_gpu
+
+        with emulated_gpu():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import json
 
     from trt_kv.examples import load_model
@@ -142,12 +158,16 @@ def run(args: argparse.Namespace) -> int:
     name, config, weights = load_model(args.model)
     check_vocabulary(prompts, config.vocab_size, option)
     backend = make_backend(args, name, config, weights, len(prompts))
-    result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
+    try:
+        result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
+    finally:
+        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     if args.json:
         print(
             json.dumps(
                 {
                     "backend": backend.name,
+                    "emulated_gpu": args.emulate_gpu,
                     "ids": result.ids,
                     "tokens_per_s": round(result.tokens_per_s, 3),
                 }
@@ -157,5 +177,6 @@ def run(args: argparse.Namespace) -> int:
     for k, ids in enumerate(result.ids):
         text = f"  {tokenizer.decode(ids)!r}" if tokenizer else ""
         print(f"[{k}] {ids}{text}")
-    print(f"{backend.name}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s")
+    where = " (emulated GPU)" if args.emulate_gpu else ""
+    print(f"{backend.name}{where}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s")
     return 0
