@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trt_kv.errors import CacheOverflowError, ShapeError, SlotError
+from trt_kv.errors import ArgumentError, CacheOverflowError, ShapeError, SlotError
 from trt_kv.runtime.cache_state import CacheState
 
 
@@ -172,3 +172,26 @@ def test_step_wider_than_max_step_tokens_raises():
         ShapeError, match="tokens: expected at most max_step_tokens per step 2, got 3"
     ):
         CacheState(2, 8, max_step_tokens=2).plan([0], [[1, 2, 3]])
+
+
+def test_a_prefill_plan_starts_from_empty_slots_and_changes_nothing():
+    state = CacheState(2, 8)
+    state.commit(state.plan([0, 1], [[1] * 6, [1] * 7]))
+    plan = state.plan([0, 1], [[5, 6, 7], [8]], from_empty=True)  # 6 + 3 > 8 if not empty
+    np.testing.assert_array_equal(plan.write_indices, [0, 0])
+    np.testing.assert_array_equal(plan.position_ids, [[0, 1, 2], [0, 1, 2]])
+    np.testing.assert_array_equal(state.lengths, [6, 7])
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((0, 8), "capacity: expected an integer >= 1, got 0"),
+        ((2, -1), "max_seq_len: expected an integer >= 1, got -1"),
+        ((2, 8, 0), "max_step_tokens: expected an integer >= 1, got 0"),
+        ((2, 8, None, 2.0), "vocab_size: expected an integer, got 2.0"),
+    ],
+)
+def test_state_sizes_must_be_positive_integers(args, match):
+    with pytest.raises(ArgumentError, match=match):
+        CacheState(*args)

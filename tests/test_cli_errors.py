@@ -165,3 +165,15 @@ def test_demo_without_a_gpu_refuses_gpu_only_options_before_building(capsys, tmp
         "--cuda-graph: expected --backend tensorrt, got interpreter (the demo's pick: no GPU)"
     )
     assert not any(tmp_path.iterdir())
+
+
+def test_prompts_that_cannot_fit_are_refused_before_loading(capsys):
+    long = ",".join(["1"] * 9)
+    message = error_of(capsys, "generate", "--prompt-ids", long, "--max-step-tokens", "8")
+    assert message == "--prompt-ids: expected prompts of at most --max-step-tokens = 8, got 9"
+    message = error_of(
+        capsys, "generate", "--prompt-ids", "1,2,3", "--max-seq-len", "8", "--max-new-tokens", "7"
+    )
+    assert message == (
+        "--prompt-ids: expected longest prompt + --max-new-tokens - 1 <= --max-seq-len = 8, got 9"
+    )

@@ -84,3 +84,69 @@ def test_polygraphy_wrapper_methods_exist_on_polygraphy_cuda():
     methods = [n for n in methods if not n.startswith("_")]
     assert len(methods) >= 7
     assert [n for n in methods if not callable(getattr(Cuda, n, None))] == []
+
+
+# -- the TensorRT runtime stand-ins -------------------------------------------------------------
+def overloads(method):
+    """Parameter-name lists (without ``self``) of a pybind11 method, one per overload, from
+    its docstring: ``name(self: T, a: U, b: V) -> W`` lines."""
+    found = []
+    for line in (method.__doc__ or "").splitlines():
+        m = re.match(r"\s*(?:\d+\.\s*)?\w+\((.*)\)\s*->", line)
+        if m and "*args" not in m.group(1):
+            params = [p.split(":")[0].strip() for p in re.split(r",\s*(?![^\[]*\])", m.group(1))]
+            found.append([p for p in params if p and p != "self"])
+    return found
+
+
+def stand_in_pairs():
+    from trt_kv._trt import trt
+    from trt_kv.emulator import tensorrt_context, tensorrt_runtime
+
+    ours = {
+        "Runtime": tensorrt_runtime.Runtime,
+        "ICudaEngine": tensorrt_runtime.ICudaEngine,
+        "IExecutionContext": tensorrt_context.IExecutionContext,
+        "IRuntimeConfig": tensorrt_runtime.IRuntimeConfig,
+    }
+    assert set(ours) == set(tensorrt_runtime.STAND_INS)
+    return [(cls, getattr(trt, name)) for name, cls in ours.items()]
+
+
+def test_tensorrt_stand_in_methods_exist_on_the_installed_classes():
+    for ours, real in stand_in_pairs():
+        names = [n for n in vars(ours) if not n.startswith("_")]
+        assert names, ours
+        assert [n for n in names if not hasattr(real, n)] == [], real.__name__
+
+
+def test_tensorrt_stand_in_methods_take_the_arguments_of_an_overload():
+    for ours, real in stand_in_pairs():
+        for name, fn in vars(ours).items():
+            if name.startswith("_") or not isinstance(fn, types.FunctionType):
+                continue
+            mine = list(inspect.signature(fn).parameters)[1:]
+            theirs = overloads(getattr(real, name))
+            assert theirs, (real.__name__, name)
+            if len(theirs) == 1:  # one signature: the same names
+                assert mine == theirs[0], (real.__name__, name)
+            else:  # overloads: one parameter list per call shape; ours takes each arity
+                assert {len(t) for t in theirs} <= set(range(len(mine) + 1)), (real.__name__, name)
+
+
+def test_tensorrt_stand_in_instances_have_only_real_attributes():
+    from trt_kv._trt import trt
+    from trt_kv.builder import build_engine
+    from trt_kv.emulator import emulated_gpu
+    from trt_kv.examples import doc_example_network
+
+    with emulated_gpu():
+        builder, network, profiles = doc_example_network()
+        data = build_engine(builder, network, profiles).data
+        runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
+        engine = runtime.deserialize_cuda_engine(data)
+        instances = [runtime, engine, engine.create_execution_context()]
+        instances.append(engine.create_runtime_config())
+    for obj, (_, real) in zip(instances, stand_in_pairs()):
+        public = [n for n in vars(obj) if not n.startswith("_")]
+        assert [n for n in public if not hasattr(real, n)] == [], real.__name__

@@ -210,3 +210,14 @@ def test_ragged_rows_in_a_snapshot_are_a_shape_error():
     name = sorted(snap)[0]
     snap[name] = [[[0.0] * 8, [0.0]]]  # ragged nesting: NumPy cannot make an array
     refused(s, ShapeError, f"{name}: expected an array, got list", lambda x: x.restore(1, snap))
+
+
+def test_legacy_import_into_a_repeated_slot_is_refused():
+    s = session()
+    past = s.export_legacy([0, 0])
+    refused(
+        s,
+        SlotError,
+        r"slots: expected distinct slots, got \[1, 1\]",
+        lambda x: x.import_legacy(past, [1, 1]),
+    )

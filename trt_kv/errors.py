@@ -57,6 +57,10 @@ class UnsupportedLayerError(TrtKvError, NotImplementedError):
     """The interpreter met a layer type (or layer setting) it does not execute."""
 
 
+class EngineRunError(TrtKvError, RuntimeError):
+    """TensorRT refused a binding or an enqueue of a deserialized engine (see its log)."""
+
+
 class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from trt_kv.builder import Profile, Routes, build_engine
 from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, load_engine_file, save_engine
 from trt_kv.errors import EngineFileError
@@ -116,7 +118,7 @@ def build_doc_example(out_dir: Path = ENGINES_DIR) -> BuiltFile:
         network,
         profiles,
         out_dir / "kv_cache_doc_example.engine",
-        {"model": "kv_cache_doc_example"},
+        {"model": "kv_cache_doc_example", "recipe": {"network": "kv_cache_doc_example"}},
     )
 
 
@@ -149,6 +151,7 @@ def build_llama_engine(
     weights: LlamaWeights,
     *,
     out_dir: Path = ENGINES_DIR,
+    source: str | None = None,
     **options: object,
 ) -> BuiltFile:
     """A Llama engine for prefill and decode, written to ``out_dir`` under a name that
@@ -156,13 +159,32 @@ def build_llama_engine(
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
     ``max_batch``, ``max_step_tokens``, ...). Raises TypeError for an unknown one.
+    ``source``: the ``load_model`` spec the weights came from ("default" or a checkpoint
+    folder); the sidecar then records a recipe (source and weights sha256) from which the
+    same network can be rebuilt, e.g. by the emulated TensorRT runtime.
     """
     opts = BuildOptions(**options)
     net = build_llama_network(config, weights, **opts.network_options())
+    metadata = {**net.metadata(), OPTIONS_KEY: opts.to_json()}
+    if source is not None:
+        metadata["recipe"] = {
+            "network": "llama",
+            "model": source,
+            "weights_sha256": weights_digest(weights),
+        }
     return build_to_file(
-        net.builder,
-        net.network,
-        net.profiles,
-        model_engine_path(name, opts, out_dir),
-        {**net.metadata(), OPTIONS_KEY: opts.to_json()},
+        net.builder, net.network, net.profiles, model_engine_path(name, opts, out_dir), metadata
     )
+
+
+def weights_digest(weights: LlamaWeights) -> str:
+    """sha256 over every weight array's dtype, shape and bytes, in a fixed order."""
+    digest = hashlib.sha256()
+    arrays = [weights.embed, weights.final_norm, weights.lm_head]
+    arrays += [a for layer in weights.layers for a in vars(layer).values()]
+    for a in arrays:
+        if a is not None:
+            a = np.ascontiguousarray(a)
+            digest.update(f"{a.dtype.str}{a.shape}".encode())
+            digest.update(a.reshape(-1).view(np.uint8))
+    return digest.hexdigest()

@@ -16,7 +16,11 @@ from pathlib import Path
 from trt_kv.errors import ArgumentError, mismatch
 
 # Options that only one kind of backend reads: option -> backends it applies to.
-BACKEND_ONLY = {"engine": ("tensorrt", "polygraphy"), "cuda_graph": ("tensorrt",)}
+BACKEND_ONLY = {
+    "engine": ("tensorrt", "polygraphy"),
+    "cuda_graph": ("tensorrt",),
+    "emulate_gpu": ("tensorrt", "polygraphy"),
+}
 
 
 def integer(lo: int) -> Callable[[str], int]:
@@ -81,6 +85,27 @@ def check_vocabulary(prompts: list[list[int]], vocab_size: int, option: str) -> 
     top = max(max(p) for p in prompts)
     if top >= vocab_size:
         raise ArgumentError(mismatch(option, f"token ids in [0, {vocab_size})", "", top))
+
+
+def check_prompt_lengths(
+    prompts: list[list[int]], step_tokens: int, max_seq_len: int, new_tokens: int, option: str
+) -> None:
+    """ArgumentError naming ``option`` when the longest prompt does not fit one prefill step
+    (``--max-step-tokens``) or, with ``new_tokens`` more, the cache (``--max-seq-len``)."""
+    longest = max(len(p) for p in prompts)
+    if longest > step_tokens:
+        raise ArgumentError(
+            mismatch(option, f"prompts of at most --max-step-tokens = {step_tokens}", "", longest)
+        )
+    if longest + new_tokens - 1 > max_seq_len:
+        raise ArgumentError(
+            mismatch(
+                option,
+                f"longest prompt + --max-new-tokens - 1 <= --max-seq-len = {max_seq_len}",
+                "",
+                longest + new_tokens - 1,
+            )
+        )
 
 
 def check_backend_options(args: argparse.Namespace, backend: str, note: str = "") -> None:

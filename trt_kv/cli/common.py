@@ -75,7 +75,10 @@ def model_engine(
         found = find_llama_engine(name, config, options, args.out)
         if found is not None:
             return found
-    return build_llama_engine(name, config, weights, out_dir=args.out, **options.to_json())
+    source = args.model if args.model == "default" else str(Path(args.model).resolve())
+    return build_llama_engine(
+        name, config, weights, out_dir=args.out, source=source, **options.to_json()
+    )
 
 
 def engine_status(r: BuiltFile) -> str:

@@ -16,6 +16,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.emulate_gpu:
+        from trt_kv.emulator import emulated_gpu
+
+        with emulated_gpu():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
@@ -31,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             "running the same network's decode loop on the CPU interpreter instead"
         )
     print(
-        f"\ngenerate: backend={args.backend} "
+        f"\ngenerate: backend={args.backend}{' (emulated GPU)' if args.emulate_gpu else ''} "
         f"prompts={args.prompt_ids or args.prompt or generate.DEFAULT_PROMPT_IDS} "
         f"max_new_tokens={args.max_new_tokens}"
     )

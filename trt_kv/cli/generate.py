@@ -10,6 +10,7 @@ from trt_kv.cli import common
 from trt_kv.cli.checks import (
     check_backend_options,
     check_model,
+    check_prompt_lengths,
     check_vocabulary,
     integer,
     prompt_ids,
@@ -39,6 +40,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
+    p.add_argument(
+        "--emulate-gpu",
+        action="store_true",
+        help="run tensorrt/polygraphy on trt_kv's emulated GPU, on the CPU (a test of the "
+        "decode loop; results are emulated, not measured on a GPU)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON line: backend, ids, tokens/s")
 
 
@@ -121,6 +128,15 @@ def make_backend(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.emulate_gpu:
+        from trt_kv.emulator import emulated_gpu
+
+        with emulated_gpu():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import json
 
     from trt_kv.examples import load_model
@@ -134,16 +150,23 @@ def run(args: argparse.Namespace) -> int:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
     prompts, tokenizer = read_prompts(args)
+    option = "--prompt" if tokenizer else "--prompt-ids"
+    step_tokens = common.max_step_tokens(args)
+    check_prompt_lengths(prompts, step_tokens, args.max_seq_len, args.max_new_tokens, option)
     sampler = Sampler(args.temperature, args.top_k, args.seed)
     name, config, weights = load_model(args.model)
-    check_vocabulary(prompts, config.vocab_size, "--prompt" if tokenizer else "--prompt-ids")
+    check_vocabulary(prompts, config.vocab_size, option)
     backend = make_backend(args, name, config, weights, len(prompts))
-    result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
+    try:
+        result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
+    finally:
+        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     if args.json:
         print(
             json.dumps(
                 {
                     "backend": backend.name,
+                    "emulated_gpu": args.emulate_gpu,
                     "ids": result.ids,
                     "tokens_per_s": round(result.tokens_per_s, 3),
                 }
@@ -153,5 +176,6 @@ def run(args: argparse.Namespace) -> int:
     for k, ids in enumerate(result.ids):
         text = f"  {tokenizer.decode(ids)!r}" if tokenizer else ""
         print(f"[{k}] {ids}{text}")
-    print(f"{backend.name}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s")
+    where = " (emulated GPU)" if args.emulate_gpu else ""
+    print(f"{backend.name}{where}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s")
     return 0

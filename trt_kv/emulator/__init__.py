@@ -74,8 +74,21 @@ def _clear_gpu_probe() -> Callable[[], None]:
     return gpu_unavailable_reason.cache_clear
 
 
-_INSTALLERS: list[Installer] = [_install_cuda_modules, polygraphy_cuda.install, _clear_gpu_probe]
-_PROVIDES = {"cuda", "polygraphy"}
+def _install_tensorrt() -> Callable[[], None]:
+    """TensorRT's ``Runtime``/``ICudaEngine``/``IExecutionContext``/``IRuntimeConfig`` ->
+    :mod:`.tensorrt_runtime` (imported here: it pulls in the interpreter and the builder)."""
+    from trt_kv.emulator import tensorrt_runtime
+
+    return tensorrt_runtime.install()
+
+
+_INSTALLERS: list[Installer] = [
+    _install_cuda_modules,
+    polygraphy_cuda.install,
+    _install_tensorrt,
+    _clear_gpu_probe,
+]
+_PROVIDES = {"cuda", "polygraphy", "tensorrt"}
 _LOCK = threading.RLock()
 _ACTIVE: dict[str, object] = {"depth": 0, "undo": []}
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
+from trt_kv import engine_file
 from trt_kv._trt import logger, trt
-from trt_kv.engine_file import EngineMeta, check_engine_aliases, load_engine_file
+from trt_kv.engine_file import EngineMeta, check_engine_aliases
 from trt_kv.errors import EngineFileError, mismatch
 from trt_kv.runtime.cuda import require_gpu
 
@@ -14,7 +16,7 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
     """Read, verify and deserialize an engine; check ``get_aliased_input_tensor`` against
     the sidecar. Returns ``(engine, engine bytes, sidecar)``."""
     require_gpu(f"loading {path}")
-    data, meta = load_engine_file(path)
+    data, meta = engine_file.load_engine_file(path)  # by attribute: the emulator records it
     if meta.cache_update == "plugin":
         from trt_kv.plugin import register_creator
 
@@ -31,3 +33,19 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
         )
     check_engine_aliases(engine, meta)
     return engine, data, meta
+
+
+def profile_for(meta: EngineMeta, shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """Index of the first optimization profile whose ``[min, max]`` holds every shape in
+    ``shapes`` (input name -> shape); 0 when none does (TensorRT then refuses the shapes)."""
+    for index, profile in enumerate(meta.profiles):
+        if all(
+            name not in profile.shapes
+            or all(
+                a <= s <= b
+                for a, s, b in zip(profile.shapes[name][0], shape, profile.shapes[name][2])
+            )
+            for name, shape in shapes.items()
+        ):
+            return index
+    return 0

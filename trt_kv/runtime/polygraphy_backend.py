@@ -1,7 +1,14 @@
 """Backend on Polygraphy's ``TrtRunner`` (GPU only).
 
-Caches are passed as ``DeviceView``s of trt_kv's device buffers; Polygraphy (>= 0.53) binds
-each aliased output to its input's address, so the updates land in our buffers.
+Caches are fed as views of trt_kv's device buffers; Polygraphy (>= 0.53) binds each aliased
+output to its input's address, so the updates land in our buffers. Two things Polygraphy
+0.53.6 needs from such a view, which its own ``DeviceView`` does not give:
+
+- for an aliased output, ``TrtRunner`` re-views the input's feed (``util.array.view``, which
+  calls ``obj.view(shape=, dtype=)``): only ``DeviceArray`` has ``view``, and a ``DeviceArray``
+  owns (and frees) its memory, so the feed is a ``DeviceView`` subclass with ``view``;
+- the view's dtype must be a Polygraphy ``DataType``: the ml_dtypes bfloat16 NumPy dtype is
+  not one, so the dtype is taken from TensorRT's (``DataType.from_dtype(trt.bfloat16)``).
 """
 
 from __future__ import annotations
@@ -10,11 +17,38 @@ from pathlib import Path
 
 import numpy as np
 
+from trt_kv import dtypes
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import load_cuda_engine
+from trt_kv.runtime.engine_loader import load_cuda_engine, profile_for
+
+
+def _cache_view_class() -> type:
+    from polygraphy.cuda import DeviceView
+
+    class CacheView(DeviceView):
+        """A ``DeviceView`` that can be re-viewed, as ``DeviceArray.view`` does, and whose
+        ``dtype`` is its Polygraphy ``DataType`` (what ``DeviceView.dtype`` announces it will
+        return; today it warns on every read and returns a NumPy dtype)."""
+
+        @property
+        def dtype(self) -> object:
+            return self._dtype
+
+        @dtype.setter
+        def dtype(self, new: object) -> None:
+            DeviceView.dtype.fset(self, new)
+
+        def view(self, shape: tuple | None = None, dtype: object = None) -> CacheView:
+            return CacheView(
+                self.ptr,
+                self.shape if shape is None else shape,
+                self._dtype if dtype is None else dtype,
+            )
+
+    return CacheView
 
 
 class PolygraphyBackend:
@@ -24,6 +58,7 @@ class PolygraphyBackend:
 
     def __init__(self, engine_path: str | Path, *, capacity: int | None = None) -> None:
         from polygraphy.backend.trt import TrtRunner
+        from polygraphy.datatype import DataType
 
         engine, _, self.meta = load_cuda_engine(engine_path)
         md = self.meta.metadata
@@ -31,20 +66,26 @@ class PolygraphyBackend:
         self.vocab_size = md["config"]["vocab_size"]
         self.storage = DeviceCaches(self.meta.aliases, capacity or md["max_batch"])
         self.inputs = frozenset(t.name for t in self.meta.inputs)
+        self.view_dtypes = {
+            a.input: DataType.from_dtype(dtypes.to_trt(a.dtype), "tensorrt")
+            for a in self.meta.aliases
+        }
+        self.view = _cache_view_class()
         self.runner = TrtRunner(engine)
         self.runner.activate()
 
     def run(self, plan: StepPlan) -> np.ndarray:
-        from polygraphy.cuda import DeviceView
-
-        b = len(plan.counts)
-        feed: dict[str, object] = dict(step_feed(plan, self.inputs))
+        steps = step_feed(plan, self.inputs)
+        shape = (len(plan.counts), *self.storage.slot_shape)
+        feed: dict[str, object] = dict(steps)
         for alias in self.meta.aliases:
-            feed[alias.input] = DeviceView(
-                self.storage.address(alias.input, plan.lo),
-                (b, *self.storage.slot_shape),
-                self.storage.dtypes[alias.input],
-            )
+            address = self.storage.address(alias.input, plan.lo)
+            feed[alias.input] = self.view(address, shape, self.view_dtypes[alias.input])
+        shapes = {name: host.shape for name, host in steps.items()}
+        shapes.update({name: shape for name in self.view_dtypes})
+        profile = profile_for(self.meta, shapes)
+        if profile != self.runner.context.active_optimization_profile:
+            self.runner.set_profile(profile)
         outputs = self.runner.infer(feed, copy_outputs_to_host=False)
         return last_token_logits(outputs[LOGITS].numpy(), plan)
 

@@ -165,11 +165,14 @@ class Session:
         """Write per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]`` into ``slots``.
 
         Raises:
-            SlotError: an unknown slot. ShapeError: not exactly one (key, value) pair per
-                layer, or a malformed array. DTypeError: arrays that are not floating point,
-                or values the cache dtype cannot hold.
+            SlotError: an unknown or repeated slot.
+            ShapeError: not exactly one (key, value) pair per layer, or a malformed array.
+            DTypeError: arrays that are not floating point, or values the cache dtype cannot
+                hold.
         """
         slots = self._slots(slots)
+        if len(set(slots)) != len(slots):
+            raise SlotError(mismatch("slots", "distinct slots", "", slots))
         length = self.storage.import_legacy(past, slots)
         for s in slots:
             self.state.set_length(s, length)

@@ -1,25 +1,59 @@
 """Fast path: trt_kv's own TensorRT bindings on device caches (GPU only).
 
 Each cache input and its aliased output are bound to the same device address (the slot
-window of :class:`DeviceCaches`); step inputs go through preallocated device buffers.
-Decode steps can replay a CUDA graph: TensorRT-RTX captures whole graphs itself
-(``IRuntimeConfig.cuda_graph_strategy``); with TensorRT, trt_kv captures ``execute_async_v3``
-once per (window, batch) and replays it, which is valid because every address is fixed.
+window of :class:`DeviceCaches`); step inputs go through preallocated device buffers. Every
+TensorRT call that can refuse (``set_optimization_profile_async``, ``set_input_shape``,
+``set_tensor_address``, ``execute_async_v3``) is checked; a refusal raises
+:class:`~trt_kv.errors.EngineRunError` naming the call (details in the TensorRT log).
+
+Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
+
+- ``"runtime"`` (TensorRT-RTX's default): the runtime captures and replays whole graphs itself
+  (``IRuntimeConfig.cuda_graph_strategy = WHOLE_GRAPH_CAPTURE``); the config is kept alive as
+  long as its context.
+- ``"manual"`` (full TensorRT's default): trt_kv captures ``execute_async_v3`` once per binding
+  state (profile, window start ``lo``, batch B) after one ordinary enqueue of that state, and
+  replays it only when the step before ran the same state; after a step of other shapes it
+  enqueues afresh (TensorRT redoes shape-dependent set-up in the first enqueue after a shape
+  change, which a replay would skip). Graphs, graph executables and the stream are destroyed
+  by :meth:`close` (or on collection). On TensorRT-RTX user capture may need engines built
+  with ``kREQUIRE_USER_ALLOCATION``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from trt_kv._trt import FEATURES, trt
+from trt_kv._trt import trt
+from trt_kv.errors import ArgumentError, EngineRunError, mismatch
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import load_cuda_engine
+from trt_kv.runtime.engine_loader import load_cuda_engine, profile_for
+
+GraphMode = Literal["runtime", "manual"]
+
+
+def _graph_mode(cuda_graph: bool | str) -> GraphMode | None:
+    from trt_kv._trt import FEATURES
+
+    if cuda_graph is True:
+        return "runtime" if FEATURES.is_rtx else "manual"
+    if cuda_graph is False:
+        return None
+    if cuda_graph == "runtime" and not FEATURES.is_rtx:
+        raise ArgumentError(mismatch("cuda_graph", "'manual' with full TensorRT", "", "runtime"))
+    if cuda_graph not in ("runtime", "manual"):
+        raise ArgumentError(
+            mismatch("cuda_graph", "one of", (True, False, "runtime", "manual"), cuda_graph)
+        )
+    return cuda_graph
 
 
 class TrtBackend:
@@ -28,16 +62,28 @@ class TrtBackend:
     name = "tensorrt"
 
     def __init__(
-        self, engine_path: str | Path, *, capacity: int | None = None, cuda_graph: bool = False
+        self,
+        engine_path: str | Path,
+        *,
+        capacity: int | None = None,
+        cuda_graph: bool | GraphMode = False,
     ) -> None:
+        self.graph_mode = _graph_mode(cuda_graph)
+        self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         self.engine, _, self.meta = load_cuda_engine(engine_path)
         md = self.meta.metadata
         self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
         capacity = capacity or md["max_batch"]
-        self.context = self._context(cuda_graph and FEATURES.is_rtx)
-        self.manual_graphs = cuda_graph and not FEATURES.is_rtx
-        self._graphs: dict[tuple[int, int], object] = {}
+        self.runtime_config = None  # outlives the context that uses it
+        if self.graph_mode == "runtime":
+            self.runtime_config = self.engine.create_runtime_config()
+            self.runtime_config.cuda_graph_strategy = trt.CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
+            self.context = self.engine.create_execution_context(self.runtime_config)
+        else:
+            self.context = self.engine.create_execution_context()
+        self._graphs: dict[tuple, tuple[object, object]] = {}  # state -> (graph, exec)
+        self._last_state: tuple | None = None  # binding state of the previous enqueue
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.stream = create_stream()
         self.inputs = frozenset(t.name for t in self.meta.inputs)
@@ -50,51 +96,104 @@ class TrtBackend:
         rows = capacity * (self.max_step_tokens if md.get("all_logits") else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4)
 
-    def _context(self, rtx_graphs: bool) -> object:
-        if not rtx_graphs:
-            return self.engine.create_execution_context()
-        config = self.engine.create_runtime_config()
-        config.cuda_graph_strategy = trt.CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
-        return self.engine.create_execution_context(config)
-
     def memory(self) -> dict[str, int]:
         """Bytes of each cache buffer."""
         return self.storage.nbytes()
 
-    def _bind(self, plan: StepPlan) -> None:
+    def _call(self, ok: bool, call: str, *detail: object) -> None:
+        if not ok:
+            raise EngineRunError(
+                f"{call}({', '.join(map(str, detail))}): TensorRT refused (see its log)"
+            )
+
+    def _bind(self, plan: StepPlan) -> tuple:
+        """Set the profile, every shape and address for ``plan``; returns the binding state."""
         ctx, b = self.context, len(plan.counts)
-        for name, host in step_feed(plan, self.inputs).items():
-            self.buffers[name].upload(host, stream=self.stream)
-            ctx.set_input_shape(name, host.shape)
-            ctx.set_tensor_address(name, self.buffers[name].ptr)
+        feed = step_feed(plan, self.inputs)
+        shapes = {name: host.shape for name, host in feed.items()}
+        shapes.update({a.input: (b, *self.storage.slot_shape) for a in self.meta.aliases})
+        profile = profile_for(self.meta, shapes)
+        if profile != ctx.active_optimization_profile:
+            ok = ctx.set_optimization_profile_async(profile, self.stream)
+            self._call(ok, "set_optimization_profile_async", profile)
+        for name, shape in shapes.items():
+            self._call(ctx.set_input_shape(name, shape), "set_input_shape", name, shape)
+        for name in feed:
+            ptr = self.buffers[name].ptr
+            self._call(ctx.set_tensor_address(name, ptr), "set_tensor_address", name, ptr)
         for alias in self.meta.aliases:
             address = self.storage.address(alias.input, plan.lo)
-            ctx.set_input_shape(alias.input, (b, *self.storage.slot_shape))
-            ctx.set_tensor_address(alias.input, address)
-            ctx.set_tensor_address(alias.output, address)
-        ctx.set_tensor_address(LOGITS, self.logits.ptr)
+            for name in (alias.input, alias.output):
+                ok = ctx.set_tensor_address(name, address)
+                self._call(ok, "set_tensor_address", name, hex(address))
+        ok = ctx.set_tensor_address(LOGITS, self.logits.ptr)
+        self._call(ok, "set_tensor_address", LOGITS, hex(self.logits.ptr))
+        # Uploads only once TensorRT took every binding. The host arrays stay referenced
+        # until run() has synchronized the stream: an async copy from pageable memory may
+        # read its source after cudaMemcpyAsync returns (docs/gpu-results.md).
+        self._held = {name: np.ascontiguousarray(host) for name, host in feed.items()}
+        for name, host in self._held.items():
+            self.buffers[name].upload(host, stream=self.stream)
+        return (profile, plan.lo, b, plan.input_ids.shape[1])
 
-    def _enqueue(self, plan: StepPlan) -> None:
-        if not self.manual_graphs or plan.input_ids.shape[1] != 1:
-            if not self.context.execute_async_v3(self.stream):
-                raise RuntimeError("execute_async_v3 failed (see the TensorRT log)")
-            return
-        from cuda.bindings import runtime as rt
+    def _execute(self) -> None:
+        self._call(self.context.execute_async_v3(self.stream), "execute_async_v3")
 
-        key = (plan.lo, len(plan.counts))
-        if key not in self._graphs:
-            self.context.execute_async_v3(self.stream)  # warm-up: lazy allocations happen here
-            synchronize(self.stream)
-            mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
-            check(rt.cudaStreamBeginCapture(self.stream, mode))
-            self.context.execute_async_v3(self.stream)
-            graph = check(rt.cudaStreamEndCapture(self.stream))
-            self._graphs[key] = check(rt.cudaGraphInstantiate(graph, 0))
-        check(rt.cudaGraphLaunch(self._graphs[key], self.stream))
+    def _enqueue(self, state: tuple) -> None:
+        decode = state[3] == 1
+        if self.graph_mode != "manual" or not decode:
+            self._execute()
+        elif state in self._graphs and state == self._last_state:
+            check(self._cuda.cudaGraphLaunch(self._graphs[state][1], self.stream))
+        else:
+            # A fresh enqueue after a change of binding state; it also serves as the warm-up
+            # TensorRT's trtexec does before capturing ("Avoid capturing initialization calls
+            # by executing the enqueue function at least once before starting CUDA graph
+            # capture.").
+            self._execute()
+            if state not in self._graphs:
+                self._capture(state)
+        self._last_state = state
+
+    def _capture(self, state: tuple) -> None:
+        """Record one enqueue of ``state`` into a graph (nothing runs)."""
+        rt = self._cuda
+        synchronize(self.stream)
+        mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        check(rt.cudaStreamBeginCapture(self.stream, mode))
+        ok = self.context.execute_async_v3(self.stream)
+        graph = check(rt.cudaStreamEndCapture(self.stream))  # always end the capture
+        if not ok:
+            rt.cudaGraphDestroy(graph)
+            self._call(False, "execute_async_v3 (under stream capture)")
+        self._graphs[state] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
 
     def run(self, plan: StepPlan) -> np.ndarray:
-        self._bind(plan)
-        self._enqueue(plan)
+        self._enqueue(self._bind(plan))
         shape = tuple(self.context.get_tensor_shape(LOGITS))
         host = self.logits.download(np.empty(shape, np.float32), stream=self.stream)
+        self._held = {}  # the download synchronized the stream: the uploads are done
         return last_token_logits(host, plan)
+
+    def close(self) -> None:
+        """Destroy captured graphs, their executables and the stream (idempotent)."""
+        graphs, self._graphs = getattr(self, "_graphs", {}), {}
+        stream, self.stream = getattr(self, "stream", None), None
+        if not graphs and stream is None:
+            return
+        rt = self._cuda
+        for graph, graph_exec in graphs.values():
+            rt.cudaGraphExecDestroy(graph_exec)
+            rt.cudaGraphDestroy(graph)
+        if stream is not None:
+            rt.cudaStreamDestroy(stream)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: CUDA may be gone
+            self.close()
+
+
+def _rt() -> object:
+    from cuda.bindings import runtime as rt
+
+    return rt

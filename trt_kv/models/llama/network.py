@@ -34,8 +34,10 @@ from trt_kv.errors import ShapeError, mismatch
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
+from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
@@ -48,19 +50,15 @@ def _weight(g: Graph, w: np.ndarray) -> object:
     return g.const(w[None])
 
 
-def _rms_norm(g: Graph, x: object, weight: np.ndarray, eps: float) -> object:
-    """``x [B, S, D]``: normalized in float32 (as Hugging Face does), scaled in ``g.dtype``."""
-    x32 = g.cast(x, "float32")
-    mean = g.network.add_reduce(g.mul(x32, x32), trt.ReduceOperation.AVG, 1 << 2, True)
-    var = g.add(mean.get_output(0), g.const(np.full((1, 1, 1), eps), "float32"))
-    rms = g.network.add_unary(var, trt.UnaryOperation.SQRT).get_output(0)
-    normed = g.cast(g.eltwise(x32, rms, trt.ElementWiseOperation.DIV), g.dtype)
-    return g.mul(normed, g.const(weight[None, None]))
-
-
 def _heads(g: Graph, x: object, n: int, h: int) -> object:
     """``[B, S, N * H] -> [B, N, S, H]``."""
     return g.shuffle(x, (0, 0, n, h), second=(0, 2, 1, 3))
+
+
+def _project(g: Graph, x: object, w: np.ndarray, bias: np.ndarray | None) -> object:
+    """``x [B, S, In] @ w[Out, In]^T (+ bias [Out])``."""
+    y = g.linear(x, _weight(g, w))
+    return y if bias is None else g.add(y, g.const(bias[None, None]))
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,7 @@ class _Shared:
     routes: Routes
     rope: Rope
     masks: Masks
+    window: Masks | None  # the masks of sliding-window layers (config.window(i) set)
     caches: ModelCaches
 
 
@@ -78,28 +77,29 @@ def _attention(
 ) -> object:
     """Self-attention of block ``i`` on ``x [B, S, D]`` -> ``[B, S, D]``."""
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = _heads(g, g.linear(x, _weight(g, lw.wq)), nq, h)  # [B, Nq, S, H]
-    k = _heads(g, g.linear(x, _weight(g, lw.wk)), nkv, h)  # [B, Nkv, S, H]
-    v = _heads(g, g.linear(x, _weight(g, lw.wv)), nkv, h)
+    q = _heads(g, _project(g, x, lw.wq, lw.bq), nq, h)  # [B, Nq, S, H]
+    k = _heads(g, _project(g, x, lw.wk, lw.bk), nkv, h)  # [B, Nkv, S, H]
+    v = _heads(g, _project(g, x, lw.wv, lw.bv), nkv, h)
+    if cfg.qk_norm:  # per head, over H, before RoPE
+        q = rms_norm(g, q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_offset)
+        k = rms_norm(g, k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_offset)
     q = scale_queries(g, apply_rope(g, sh.rope, q), h)
     k = apply_rope(g, sh.rope, k)
     k_all, v_all = sh.caches.update(i, k, v)  # [B, Nkv, S_max, H]
-    out = attend(g, sh.routes.attention, q, k_all, v_all, sh.masks, nkv)  # [B, Nq, S, H]
+    masks = sh.masks if cfg.window(i) is None else sh.window
+    out = attend(g, sh.routes.attention, q, k_all, v_all, masks, nkv)  # [B, Nq, S, H]
     out = g.shuffle(out, (0, 0, nq * h), first=(0, 2, 1, 3))  # [B, S, Nq*H]
-    return g.linear(out, _weight(g, lw.wo))
+    return _project(g, out, lw.wo, lw.bo)
 
 
-def _mlp(g: Graph, lw: LayerWeights, x: object) -> object:
-    """SwiGLU: ``(silu(x Wg^T) * x Wu^T) Wd^T``, ``[B, S, D] -> [B, S, D]``."""
-    gate = g.linear(x, _weight(g, lw.w_gate))
-    up = g.linear(x, _weight(g, lw.w_up))
-    sig = g.network.add_activation(gate, trt.ActivationType.SIGMOID).get_output(0)
-    return g.linear(g.mul(g.mul(gate, sig), up), _weight(g, lw.w_down))
+def _norm(g: Graph, cfg: LlamaConfig, x: object, weight: np.ndarray) -> object:
+    return rms_norm(g, x, weight, cfg.rms_norm_eps, cfg.norm_offset)
 
 
 def _block(g: Graph, cfg: LlamaConfig, i: int, lw: LayerWeights, x: object, sh: _Shared) -> object:
-    x = g.add(x, _attention(g, cfg, i, lw, _rms_norm(g, x, lw.attn_norm, cfg.rms_norm_eps), sh))
-    return g.add(x, _mlp(g, lw, _rms_norm(g, x, lw.mlp_norm, cfg.rms_norm_eps)))
+    x = g.add(x, _attention(g, cfg, i, lw, _norm(g, cfg, x, lw.attn_norm), sh))
+    weights = (_weight(g, w) for w in (lw.w_gate, lw.w_up, lw.w_down))
+    return g.add(x, gated_mlp(g, _norm(g, cfg, x, lw.mlp_norm), *weights, cfg.activation))
 
 
 @dataclass
@@ -180,18 +180,21 @@ def build_llama_network(
     kv_lengths = None
     if chosen.key_value_lengths:
         kv_lengths = network.add_input(KV_LENGTHS, trt.int32, (-1,))
+    masks = add_masks(g, chosen, position_ids, kv_lengths, max_seq_len)
+    window = None
+    if any(cfg.window(i) is not None for i in range(cfg.num_hidden_layers)):
+        window = window_masks(g, masks, position_ids, cfg.sliding_window, max_seq_len)
     shared = _Shared(
-        chosen,
-        add_rope(g, chosen.rope, cfg, position_ids, max_seq_len),
-        add_masks(g, chosen, position_ids, kv_lengths, max_seq_len),
-        caches,
+        chosen, add_rope(g, chosen.rope, cfg, position_ids, max_seq_len), masks, window, caches
     )
 
     embed = g.const(weights.embed)  # [V, D]
     x = g.gather(embed, input_ids, 0)  # [B, S, D]
+    if cfg.embed_scale:  # sqrt(D) rounded to the compute dtype first, as Hugging Face does
+        x = g.mul(x, g.const(np.full((1, 1, 1), cfg.hidden_size**0.5)))
     for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
         x = _block(g, cfg, i, lw, x, shared)
-    x = _rms_norm(g, x, weights.final_norm, cfg.rms_norm_eps)
+    x = _norm(g, cfg, x, weights.final_norm)
     head = embed if weights.lm_head is None else g.const(weights.lm_head)
     if all_logits:
         logits = g.linear(x, g.shuffle(head, (1, cfg.vocab_size, cfg.hidden_size)))  # [B, S, V]

@@ -30,17 +30,24 @@ class Rope:
     cos: object  # rotary_layer: [S_max, H/2]; elementwise: [B, 1, S, H]
     sin: object  # rotary_layer: [S_max, H/2]; elementwise: [B, 1, S, H], signed
     rotate: object | None  # elementwise: [H] int32, the rotate-half source of each dim
+    rotary_dim: int  # rotary_layer: R, the leading dims that rotate (0: all H)
 
 
 def rotate_half_tables(
-    cos: np.ndarray, sin: np.ndarray
+    cos: np.ndarray, sin: np.ndarray, head_dim: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(cos_full [P, H], signed_sin [P, H], rotate [H])`` for ``cos, sin [P, H/2]``:
+    """``(cos_full [P, H], signed_sin [P, H], rotate [H])`` for ``cos, sin [P, R/2]``:
     ``rotate_half(x) * sin == x[..., rotate] * signed_sin`` with Hugging Face's rotate-half
-    (first half takes ``-x2``, second half ``x1``)."""
+    (first half takes ``-x2``, second half ``x1``) on the leading R dims; the H - R dims
+    past them (partial rotary; ``head_dim`` H, default R) pass through (cos 1, sin 0)."""
     half = cos.shape[1]
-    rotate = np.concatenate([np.arange(half, 2 * half), np.arange(half)]).astype(np.int32)
-    return np.concatenate([cos, cos], 1), np.concatenate([-sin, sin], 1), rotate
+    rest = np.arange(2 * half, head_dim or 2 * half)
+    rotate = np.concatenate([np.arange(half, 2 * half), np.arange(half), rest]).astype(np.int32)
+    ones, zeros = (
+        np.ones((cos.shape[0], len(rest)), cos.dtype),
+        np.zeros((cos.shape[0], len(rest)), cos.dtype),
+    )
+    return np.concatenate([cos, cos, ones], 1), np.concatenate([-sin, sin, zeros], 1), rotate
 
 
 def add_rope(
@@ -48,22 +55,24 @@ def add_rope(
 ) -> Rope:
     """The RoPE tensors of ``route`` for positions ``position_ids [B, S]`` int64 below
     ``max_seq_len``."""
-    cos, sin = rope_tables(config, max_seq_len)  # [S_max, H/2] float32
-    if route == "rotary_layer":
-        return Rope(route, position_ids, g.const(cos), g.const(sin), None)
-    cos_full, signed_sin, rotate = rotate_half_tables(cos, sin)
+    cos, sin = rope_tables(config, max_seq_len)  # [S_max, R/2] float32
     h = config.head_dim
+    if route == "rotary_layer":
+        dim = 0 if config.rotary_dim == h else config.rotary_dim  # 0: the whole head
+        return Rope(route, position_ids, g.const(cos), g.const(sin), None, dim)
+    cos_full, signed_sin, rotate = rotate_half_tables(cos, sin, h)
 
     def rows(table: np.ndarray) -> object:  # [S_max, H] gathered by position -> [B, 1, S, H]
         return g.shuffle(g.gather(g.const(table), position_ids, 0), (0, 1, -1, h))
 
-    return Rope(route, position_ids, rows(cos_full), rows(signed_sin), g.const(rotate, "int32"))
+    rotate = g.const(rotate, "int32")
+    return Rope(route, position_ids, rows(cos_full), rows(signed_sin), rotate, 0)
 
 
 def apply_rope(g: Graph, rope: Rope, x: object) -> object:
-    """Rotary embedding of ``x [B, N, S, H]`` (rotate-half pairs, the whole head)."""
+    """Rotary embedding of ``x [B, N, S, H]`` (rotate-half pairs on the leading R dims)."""
     if rope.route == "rotary_layer":
-        layer = g.network.add_rotary_embedding(x, rope.cos, rope.sin, False, 0)
+        layer = g.network.add_rotary_embedding(x, rope.cos, rope.sin, False, rope.rotary_dim)
         layer.set_input(3, rope.position_ids)
         return layer.get_output(0)
     rotated = g.gather(x, rope.rotate, 3)  # [B, N, S, H]: (x2, x1)

@@ -1,0 +1,59 @@
+"""``trt-kv generate/demo --emulate-gpu``: the GPU backends on the emulated device reproduce
+the reference ids (tiny checkpoint in every dtype; the default model once)."""
+
+import pytest
+from test_cli import run_json
+from test_cli import tiny_model as tiny_model  # the fixture
+
+from trt_kv.cli import main
+
+GPU_RUNS = {
+    "tensorrt": ["--backend", "tensorrt"],
+    "tensorrt-graph": ["--backend", "tensorrt", "--cuda-graph"],
+    "polygraphy": ["--backend", "polygraphy"],
+}
+SHAPES = ["--max-seq-len", "24", "--max-batch", "2", "--max-step-tokens", "8"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_backends_on_the_emulated_gpu_give_reference_ids(tiny_model, tmp_path, capsys, dtype):
+    # Expected: the float32 reference's ids. In bfloat16 the network itself (run on the host
+    # by the interpreter) picks other tokens than the float32 reference for the second
+    # prompt, so there the expected ids are the interpreter's on the same bfloat16 network.
+    common = ["--model", str(tiny_model), "--max-new-tokens", "5", *SHAPES]
+    for prompts in ("5,17,42,8;61,3", "9,1,30"):  # batch 2 and batch 1
+        ask = [*common, "--prompt-ids", prompts]
+        host = run_json(capsys, *ask, "--backend", "interpreter", "--dtype", dtype)["ids"]
+        if dtype != "bfloat16":
+            assert host == run_json(capsys, *ask, "--backend", "reference")["ids"]
+        for name, flags in GPU_RUNS.items():
+            out = run_json(
+                capsys, *ask, *flags, "--dtype", dtype, "--out", str(tmp_path), "--emulate-gpu"
+            )
+            assert (name, out["ids"], out["emulated_gpu"]) == (name, host, True)
+
+
+def test_default_model_on_the_emulated_gpu_gives_reference_ids(tmp_path, capsys):
+    ask = ["--model", "default", "--prompt-ids", "1,2,3;4,5", "--max-new-tokens", "2"]
+    ask += ["--max-seq-len", "32", "--max-batch", "2", "--max-step-tokens", "4"]
+    expected = run_json(capsys, *ask, "--backend", "reference")["ids"]
+    for flags in GPU_RUNS.values():
+        out = run_json(
+            capsys, *ask, *flags, "--dtype", "float32", "--out", str(tmp_path), "--emulate-gpu"
+        )
+        assert out["ids"] == expected
+
+
+def test_demo_on_the_emulated_gpu_says_so(tiny_model, tmp_path, capsys):
+    argv = ["demo", "--model", str(tiny_model), "--out", str(tmp_path), *SHAPES]
+    assert main([*argv, "--emulate-gpu", "--max-new-tokens", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "backend=tensorrt (emulated GPU)" in out
+    assert "tensorrt (emulated GPU):" in out
+
+
+def test_emulate_gpu_with_a_cpu_backend_is_refused(capsys):
+    argv = ["generate", "--backend", "interpreter", "--emulate-gpu", "--prompt-ids", "1,2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trt-kv: error: --emulate-gpu: expected --backend tensorrt or ")

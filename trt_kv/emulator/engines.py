@@ -1,0 +1,230 @@
+"""What the emulated TensorRT runtime knows about engine bytes: the network each was built from.
+
+A real engine holds compiled kernels; an emulated one runs the network it was built from on
+:mod:`trt_kv.interpreter`. Deserializing therefore needs that network, found by the sha256 of
+the engine bytes, from one of two sources:
+
+- **built in this process** while the emulator is installed: a hook on
+  ``Builder.build_serialized_network`` records the network, with the optimization profiles
+  added to its builder config, the moment the engine bytes exist;
+- **read through** ``trt_kv.engine_file.load_engine_file``: the sidecar's ``recipe``
+  (written by :mod:`trt_kv.jobs`) rebuilds the network (the documentation example, or a
+  Llama model from its ``load_model`` source, whose weights must hash to the recorded sha256).
+
+Anything else is refused: ``deserialize_cuda_engine`` returns None and logs why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from trt_kv import dtypes, engine_file
+from trt_kv._trt import trt
+from trt_kv.builder.kv_cache import cache_aliases
+from trt_kv.emulator.memory import EmulatorError
+from trt_kv.engine_file import EngineMeta
+from trt_kv.errors import TrtKvError, mismatch
+from trt_kv.interpreter import Plan, compile_network
+
+Shape = tuple[int, ...]
+ProfileShapes = Mapping[str, tuple[Shape, Shape, Shape]]  # input -> (min, opt, max)
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    """One engine input or output: declared shape (-1 = dynamic) and dtype."""
+
+    name: str
+    is_input: bool
+    shape: Shape
+    dtype: np.dtype
+
+    @property
+    def trt_dtype(self) -> object:
+        return dtypes.to_trt(self.dtype)
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """Everything an emulated ``ICudaEngine`` answers from, and the plan it runs."""
+
+    sha256: str
+    tensors: tuple[IOTensor, ...]  # inputs, then outputs, in network order
+    profiles: tuple[dict[str, tuple[Shape, Shape, Shape]], ...]
+    aliases: dict[str, str]  # output name -> the input it aliases
+    plan: Plan
+    num_layers: int
+
+    def tensor(self, name: str) -> IOTensor | None:
+        return next((t for t in self.tensors if t.name == name), None)
+
+
+def record_network(network: object, profiles: Sequence[ProfileShapes], sha256: str) -> EngineRecord:
+    """Compile ``network`` for the interpreter (its weights must still be alive) and describe
+    its I/O. With no profile (a static network) the one implicit profile is the static shapes:
+    "If none of the inputs are dynamic, the default optimization profile will be generated
+    automatically" (IOptimizationProfile)."""
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    outputs = [network.get_output(i) for i in range(network.num_outputs)]
+    tensors = tuple(
+        IOTensor(t.name, is_input, tuple(t.shape), dtypes.to_numpy(t.dtype))
+        for ts, is_input in ((inputs, True), (outputs, False))
+        for t in ts
+    )
+    static = {t.name: (t.shape, t.shape, t.shape) for t in tensors if t.is_input}
+    full = tuple({**static, **{k: tuple(map(tuple, v)) for k, v in p.items()}} for p in profiles)
+    return EngineRecord(
+        sha256=sha256,
+        tensors=tensors,
+        profiles=full or (static,),
+        aliases={a.output: a.input for a in cache_aliases(network)},
+        plan=compile_network(network),
+        num_layers=network.num_layers,
+    )
+
+
+# sha256 -> the record, or why none could be made (a network the interpreter cannot run)
+_RECORDS: dict[str, EngineRecord | str] = {}
+_SIDECARS: dict[str, EngineMeta] = {}  # sha256 -> sidecar, for engines read from files
+_PROFILES: dict[int, tuple[object, list[object]]] = {}  # id(config) -> (config, profiles)
+
+
+def lookup(data: bytes) -> EngineRecord:
+    """The record for engine bytes ``data``.
+
+    Raises:
+        EmulatorError: no network is known for these bytes (not built in this process under
+            the emulator, not read through a trt_kv sidecar with a recipe), the recipe's
+            network differs from the engine's, or the interpreter cannot run the network.
+    """
+    sha = hashlib.sha256(data).hexdigest()
+    if sha not in _RECORDS and sha in _SIDECARS:
+        try:
+            _RECORDS[sha] = _rebuild(_SIDECARS[sha])
+        except TrtKvError as err:
+            raise EmulatorError(f"engine sha256 {sha[:16]}: {err}") from err
+    found = _RECORDS.get(sha)
+    if found is None:
+        raise EmulatorError(
+            mismatch(
+                f"engine sha256 {sha[:16]}",
+                "an engine built in this process under emulated_gpu(), or loaded through "
+                "trt_kv.runtime.engine_loader from a sidecar with a recipe",
+                "",
+                "bytes the emulator has never seen",
+            )
+        )
+    if isinstance(found, str):
+        raise EmulatorError(f"engine sha256 {sha[:16]}: {found}")
+    return found
+
+
+def _rebuild(meta: EngineMeta) -> EngineRecord:
+    """Rebuild the network of a sidecar's recipe and check it is the engine's."""
+    recipe = meta.metadata.get("recipe")
+    if recipe is None:
+        raise EmulatorError(
+            "expected a sidecar with a 'recipe' (trt_kv records one since the emulator "
+            "exists), got none: rebuild the engine (trt-kv build), or build it in this process"
+        )
+    network, keep = _network_from_recipe(recipe, meta.metadata)
+    declared = tuple((t.name, tuple(t.shape), t.dtype) for t in meta.inputs + meta.outputs)
+    ins = [network.get_input(i) for i in range(network.num_inputs)]
+    outs = [network.get_output(i) for i in range(network.num_outputs)]
+    rebuilt = tuple((t.name, tuple(t.shape), dtypes.name_of(t.dtype)) for t in ins + outs)
+    if rebuilt != declared:
+        raise EmulatorError(mismatch("recipe network", "the sidecar's I/O", declared, rebuilt))
+    record = record_network(network, [p.shapes for p in meta.profiles], meta.sha256)
+    del keep  # the plan holds its own copy of every weight
+    return record
+
+
+def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
+    """``(network, what keeps its weights alive)`` for a recipe."""
+    kind = recipe.get("network")
+    if kind == "kv_cache_doc_example":
+        from trt_kv.examples import doc_example_network
+
+        builder, network, _ = doc_example_network()
+        return network, builder
+    if kind == "llama":
+        from trt_kv.examples import load_model
+        from trt_kv.jobs import OPTIONS_KEY, BuildOptions, weights_digest
+        from trt_kv.models.llama import build_llama_network
+
+        _, config, weights = load_model(recipe["model"])
+        digest = weights_digest(weights)
+        if digest != recipe["weights_sha256"]:
+            raise EmulatorError(
+                mismatch(
+                    f"weights of {recipe['model']!r}",
+                    "sha256 (from the recipe)",
+                    recipe["weights_sha256"],
+                    digest,
+                )
+            )
+        if config.to_json() != md["config"]:
+            raise EmulatorError(mismatch(f"config of {recipe['model']!r}", "", md["config"], ""))
+        options = BuildOptions(**md[OPTIONS_KEY]).network_options()
+        net = build_llama_network(config, weights, **options)
+        return net.network, net
+    raise EmulatorError(mismatch("recipe network", "'kv_cache_doc_example' or 'llama'", "", kind))
+
+
+# -- hooks: installed by the emulator, removed when it is uninstalled ------------------------
+def install_hooks() -> Callable[[], None]:
+    """Record engines built from now on and sidecars read from now on; returns the undo."""
+    builder_cls, config_cls = trt.Builder, trt.IBuilderConfig
+    real_build = builder_cls.build_serialized_network
+    real_add = config_cls.add_optimization_profile
+    real_load = engine_file.load_engine_file
+
+    def add_optimization_profile(config: object, profile: object) -> int:
+        index = real_add(config, profile)
+        _PROFILES.setdefault(id(config), (config, []))[1].append(profile)
+        return index
+
+    def build_serialized_network(builder: object, network: object, config: object) -> object:
+        data = real_build(builder, network, config)
+        if data is not None:
+            _, profiles = _PROFILES.pop(id(config), (config, []))
+            sha = hashlib.sha256(memoryview(data)).hexdigest()
+            _RECORDS[sha] = _record_build(network, profiles, sha)
+        return data
+
+    def load_engine_file(*args: object, **kwargs: object) -> tuple[bytes, EngineMeta]:
+        data, meta = real_load(*args, **kwargs)
+        _SIDECARS[meta.sha256] = meta
+        return data, meta
+
+    builder_cls.build_serialized_network = build_serialized_network
+    config_cls.add_optimization_profile = add_optimization_profile
+    engine_file.load_engine_file = load_engine_file
+
+    def undo() -> None:
+        builder_cls.build_serialized_network = real_build
+        config_cls.add_optimization_profile = real_add
+        engine_file.load_engine_file = real_load
+        _PROFILES.clear()
+
+    return undo
+
+
+def _record_build(network: object, profiles: list[object], sha: str) -> EngineRecord | str:
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    shapes = [
+        {
+            t.name: tuple(tuple(d) for d in p.get_shape(t.name))
+            for t in inputs
+            if -1 in tuple(t.shape)
+        }
+        for p in profiles
+    ]
+    try:
+        return record_network(network, shapes, sha)
+    except TrtKvError as err:  # the engine exists; only running it on the CPU is impossible
+        return f"the interpreter cannot run this engine's network ({err})"

@@ -1,0 +1,173 @@
+"""Emulated TensorRT runtime: ``Runtime``, ``ICudaEngine``, ``IRuntimeConfig``.
+
+Installed in place of the TensorRT module's classes of the same names (``trt.Runtime`` is
+what ``trt_kv`` and Polygraphy construct; ``isinstance(x, trt.ICudaEngine)`` is how
+Polygraphy's ``TrtRunner`` tells an engine from a context), so the code under test runs
+unchanged. Only what trt_kv and ``TrtRunner`` call is provided, each with the name and the
+signature of the installed TensorRT (checked by ``tests/test_emulator_conformance.py``).
+
+Errors are reported as TensorRT reports them: a ``False``/``None`` return and a message on the
+runtime's logger (``ILogger.Severity.ERROR``), never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trt_kv._trt import trt
+from trt_kv.emulator.engines import EngineRecord, install_hooks, lookup
+from trt_kv.emulator.memory import EmulatorError
+
+
+def log_error(logger: object, message: str) -> None:
+    """Send ``message`` to a TensorRT logger at ERROR severity, as TensorRT does."""
+    logger.log(trt.ILogger.Severity.ERROR, f"[emulated TensorRT] {message}")
+
+
+class Runtime:
+    """Stand-in for ``trt.Runtime``: deserializes engines the emulator can match."""
+
+    def __init__(self, logger: object) -> None:
+        self.logger = logger
+
+    def deserialize_cuda_engine(self, serialized_engine: object) -> ICudaEngine | None:
+        """The emulated engine for these bytes, or None (and an error on the logger) when the
+        emulator knows no network for them (see :mod:`trt_kv.emulator.engines`)."""
+        try:
+            record = lookup(bytes(serialized_engine))
+        except EmulatorError as err:
+            log_error(self.logger, f"deserialize_cuda_engine: {err}")
+            return None
+        return ICudaEngine(record, self.logger)
+
+
+class IRuntimeConfig:
+    """Stand-in for TensorRT-RTX's ``IRuntimeConfig`` (what trt_kv sets: the CUDA-graph
+    strategy; the allocation strategy for completeness)."""
+
+    def __init__(self) -> None:
+        self.cuda_graph_strategy = trt.CudaGraphStrategy.DISABLED
+        self._allocation = trt.ExecutionContextAllocationStrategy.STATIC
+
+    def set_execution_context_allocation_strategy(self, strategy: object) -> None:
+        self._allocation = strategy
+
+    def get_execution_context_allocation_strategy(self) -> object:
+        return self._allocation
+
+
+class ICudaEngine:
+    """Stand-in for ``trt.ICudaEngine``: I/O and profile queries answered from the network
+    the engine was built from."""
+
+    def __init__(self, record: EngineRecord, logger: object) -> None:
+        self._record = record
+        self._logger = logger
+        self.name = f"emulated-{record.sha256[:12]}"
+        self.num_layers = record.num_layers
+        self.num_aux_streams = 0
+        self.device_memory_size_v2 = 0
+        self.streamable_weights_size = 0
+        self.weight_streaming_budget_v2 = 0
+
+    # -- I/O tensors ---------------------------------------------------------------------
+    @property
+    def num_io_tensors(self) -> int:
+        return len(self._record.tensors)
+
+    def get_tensor_name(self, index: int) -> str:
+        return self._record.tensors[index].name
+
+    def get_tensor_mode(self, name: str) -> object:
+        # "kINPUT if tensorName is an input, kOUTPUT if tensorName is an output, or kNONE if
+        # neither." (ICudaEngine::getTensorIOMode)
+        t = self._record.tensor(name)
+        if t is None:
+            return trt.TensorIOMode.NONE
+        return trt.TensorIOMode.INPUT if t.is_input else trt.TensorIOMode.OUTPUT
+
+    def get_tensor_dtype(self, name: str) -> object:
+        t = self._record.tensor(name)
+        return trt.DataType.FLOAT if t is None else t.trt_dtype
+
+    def get_tensor_shape(self, name: str) -> object:
+        t = self._record.tensor(name)
+        return trt.Dims([-1]) if t is None else trt.Dims(list(t.shape))
+
+    def get_tensor_format(self, name: str, profile_index: int | None = None) -> object:
+        return trt.TensorFormat.LINEAR
+
+    def get_tensor_location(self, name: str) -> object:
+        return trt.TensorLocation.DEVICE
+
+    def is_shape_inference_io(self, name: str) -> bool:
+        return False
+
+    def get_aliased_input_tensor(self, name: str) -> str | None:
+        # "the name of the input tensor to alias with, or nullptr if tensorName is not an
+        # output tensor or the output does not alias with any input."
+        # (ICudaEngine::getAliasedInputTensor)
+        return self._record.aliases.get(name)
+
+    # -- optimization profiles -------------------------------------------------------------
+    @property
+    def num_optimization_profiles(self) -> int:
+        # "Number of optimization profiles. It is always at least 1."
+        # (ICudaEngine::getNbOptimizationProfiles)
+        return len(self._record.profiles)
+
+    def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[object]:
+        """``[min, opt, max]`` Dims of input ``name`` in profile ``profile_index``."""
+        # "If the profileIndex is invalid or provided name does not map to an input tensor,
+        # return Dims{-1, {}}" (ICudaEngine::getProfileShape)
+        t = self._record.tensor(name)
+        if t is None or not t.is_input or not 0 <= profile_index < self.num_optimization_profiles:
+            return [trt.Dims([-1])] * 3
+        return [trt.Dims(list(s)) for s in self._record.profiles[profile_index][name]]
+
+    def get_device_memory_size_for_profile_v2(self, profile_index: int) -> int:
+        return 0
+
+    # -- contexts ----------------------------------------------------------------------------
+    def create_runtime_config(self) -> IRuntimeConfig:
+        return IRuntimeConfig()
+
+    def create_execution_context(self, config: object = None) -> object:
+        """A new context on profile 0: "The newly created execution context will be
+        assigned optimization profile 0." (ICudaEngine::createExecutionContext). ``config``:
+        an allocation strategy or an ``IRuntimeConfig`` (TensorRT-RTX)."""
+        from trt_kv.emulator.tensorrt_context import IExecutionContext
+
+        runtime_config = config if isinstance(config, IRuntimeConfig) else None
+        return IExecutionContext(self, self._record, self._logger, runtime_config)
+
+
+# Names of the TensorRT module replaced while the emulator is installed.
+STAND_INS = ("Runtime", "ICudaEngine", "IExecutionContext", "IRuntimeConfig")
+
+
+def install() -> Callable[[], None]:
+    """Replace the TensorRT runtime classes with the emulated ones and start recording
+    engines built and sidecars read; returns the function that undoes both."""
+    from trt_kv.emulator import tensorrt_context
+
+    ours = {
+        "Runtime": Runtime,
+        "ICudaEngine": ICudaEngine,
+        "IExecutionContext": tensorrt_context.IExecutionContext,
+        "IRuntimeConfig": IRuntimeConfig,
+    }
+    saved = {name: getattr(trt, name) for name in STAND_INS if hasattr(trt, name)}
+    for name, cls in ours.items():
+        setattr(trt, name, cls)
+    undo_hooks = install_hooks()
+
+    def undo() -> None:
+        undo_hooks()
+        for name in STAND_INS:
+            if name in saved:
+                setattr(trt, name, saved[name])
+            else:
+                delattr(trt, name)
+
+    return undo
