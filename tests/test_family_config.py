@@ -157,3 +157,11 @@ def test_phi3_fused_projection_of_the_wrong_size_raises():
     c = LlamaConfig.from_hf({**BASE, "model_type": "phi3"})
     with pytest.raises(ShapeError, match="qkv_proj"):
         split_fused({"model.layers.0.self_attn.qkv_proj.weight": np.zeros((63, 32))}, c)
+
+
+def test_gemma_hidden_activation_of_transformers_4_must_agree_with_hidden_act():
+    d = {**BASE, "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"}
+    same = LlamaConfig.from_hf({**d, "hidden_activation": "gelu_pytorch_tanh"})
+    assert same.activation == "gelu_tanh"
+    with pytest.raises(ConfigError, match=r"hidden_activation.*silu"):
+        LlamaConfig.from_hf({**d, "hidden_activation": "silu"})

@@ -53,3 +53,15 @@ def test_tensorrt_builds_the_family_network(family):
         config, weights, max_seq_len=S_MAX, max_batch=2, max_step_tokens=MAX_STEP
     )
     assert len(build_engine(net.builder, net.network, net.profiles).data) > 0
+
+
+def test_chunked_prefill_across_the_window_equals_the_reference(family):
+    """Steps of 3 tokens (the 7-token prompt runs as 3 + 3 + 1): a chunk's queries reach
+    keys of earlier chunks, inside the window and out of it, through the linear cache."""
+    config, weights, ref_logits, ref_ids = family
+    net = build_llama_network(
+        config, weights, max_seq_len=S_MAX, max_batch=2, max_step_tokens=3, dtype="float32"
+    )
+    logits = Session(InterpreterBackend(net)).prefill(PROMPTS)
+    np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=1e-4 * np.abs(ref_logits).max())
+    assert generate(Session(InterpreterBackend(net)), PROMPTS, NEW_TOKENS).ids == ref_ids

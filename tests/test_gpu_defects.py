@@ -5,12 +5,14 @@ unchanged. Each failed before its fix (noted per test).
 """
 
 import gc
+import json
 
 import numpy as np
 import pytest
 from tiny_models import TINY_GQA
 
-from trt_kv.errors import EngineRunError
+from trt_kv.engine_file import sidecar_path
+from trt_kv.errors import EngineRunError, ShapeError
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.runtime import ReferenceBackend, Session, generate
@@ -65,16 +67,36 @@ def test_polygraphy_runs_bfloat16_caches(engines):
         backend.close()
 
 
-def test_a_refused_binding_raises_instead_of_replaying_nothing(engines):
-    # Defect 3: three slots, an engine profile of at most two: set_input_shape refuses B = 3.
+def test_a_refused_binding_raises_instead_of_replaying_nothing(engines, tmp_path):
+    # Defect 3: a sidecar that claims batches up to 3 for an engine built for 2 (edited, or
+    # stale): trt_kv's own profile check passes, TensorRT's set_input_shape refuses B = 3.
     # Before the fix that result was ignored, and so were the failed warm-up and captured
     # enqueues; the step died later on an unrelated ValueError (a logits shape of -1), seen
     # on the emulated device. Now the refusal itself is the error.
     from trt_kv.runtime.trt_backend import TrtBackend
 
-    backend = TrtBackend(engines["float32"], capacity=3, cuda_graph="manual")
+    path = tmp_path / "claims-3.engine"
+    path.write_bytes(engines["float32"].read_bytes())
+    side = json.loads(sidecar_path(engines["float32"]).read_text())
+    for profile in side["profiles"]:
+        for shapes in profile["shapes"].values():
+            shapes[2][0] = 3  # max batch
+    sidecar_path(path).write_text(json.dumps(side))
+    backend = TrtBackend(path, capacity=3, cuda_graph="manual")
     with pytest.raises(EngineRunError, match="set_input_shape"):
         Session(backend).decode([1, 2, 3])
+    backend.close()
+
+
+def test_a_batch_no_profile_holds_is_refused_before_anything_runs(engines):
+    from trt_kv.runtime.trt_backend import TrtBackend
+
+    backend = TrtBackend(engines["float32"], capacity=3)
+    s = Session(backend)
+    before = s.storage.read_slot("past_key.0", 2)
+    with pytest.raises(ShapeError, match="a profile that holds them"):
+        s.decode([1, 2, 3])
+    assert s.storage.read_slot("past_key.0", 2).tobytes() == before.tobytes()
     backend.close()
 
 

@@ -73,6 +73,28 @@ class Routes:
     def from_json(cls, d: dict) -> Routes:
         return cls(**d)
 
+    @classmethod
+    def parse(cls, text: str) -> Routes:
+        """``"attention=primitive,rope=elementwise,key_value_lengths"`` -> Routes (parts left
+        out stay "auto"; ``key_value_lengths`` alone or ``=true``/``=false``). Route names
+        are checked when the routes are resolved.
+
+        Raises:
+            RouteError: an unknown part, a part given twice, or a malformed item.
+        """
+        given: dict[str, object] = {}
+        for item in text.split(","):
+            name, _, value = (x.strip() for x in item.partition("="))
+            if name == "key_value_lengths" and value.lower() in ("", "true", "false"):
+                value = value.lower() != "false"
+            elif name not in _TABLE or not value:
+                parts = (*(f"{p}=ROUTE" for p in _TABLE), "key_value_lengths[=true|false]")
+                raise RouteError(mismatch("routes", "items", ",".join(parts), repr(item)))
+            if name in given:
+                raise RouteError(mismatch("routes", "each part once", "", repr(text)))
+            given[name] = value
+        return cls(**given)
+
 
 def route_names(part: str) -> tuple[str, ...]:
     """The routes of ``part`` ("attention", "rope" or "cache_update"), best first."""

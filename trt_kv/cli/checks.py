@@ -55,6 +55,18 @@ def real(lo: float) -> Callable[[str], float]:
     return parse
 
 
+def routes(text: str) -> object:
+    """argparse type: ``--routes attention=primitive,rope=elementwise`` as a
+    :class:`trt_kv.builder.Routes` (imported only when the option is given)."""
+    from trt_kv.builder.routes import Routes
+    from trt_kv.errors import RouteError
+
+    try:
+        return Routes.parse(text)
+    except RouteError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def prompt_ids(text: str) -> list[list[int]]:
     """``"1,2,3;4,5"`` -> ``[[1, 2, 3], [4, 5]]``; an empty prompt or item (``1,,2``,
     ``1,2;``), a non-integer or a negative id is refused, never skipped.

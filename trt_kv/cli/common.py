@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trt_kv.cli.checks import integer
+from trt_kv.cli.checks import integer, routes
 
 if TYPE_CHECKING:
     from trt_kv.jobs import BuildOptions, BuiltFile
@@ -28,6 +28,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "max_batch": "most sequences per step",
         "max_step_tokens": "longest prompt per step (None: min(64, max-seq-len))",
         "out": "engine folder",
+        "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
+        "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "
+        "key_value_lengths); default: the best the installed TensorRT has",
         **(helps or {}),
     }
     p.add_argument("--model", default="default", help=text["model"])
@@ -36,6 +39,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     p.add_argument("--max-batch", type=integer(1), default=8, help=text["max_batch"])
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
+    p.add_argument("--routes", type=routes, default=None, help=text["routes"])
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:

@@ -110,6 +110,7 @@ def make_backend(
             max_batch=batch,
             max_step_tokens=step_tokens,
             dtype=args.dtype,
+            routes=args.routes,
         )
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")

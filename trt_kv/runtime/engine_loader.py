@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from trt_kv import engine_file
@@ -33,19 +32,3 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
         )
     check_engine_aliases(engine, meta)
     return engine, data, meta
-
-
-def profile_for(meta: EngineMeta, shapes: Mapping[str, tuple[int, ...]]) -> int:
-    """Index of the first optimization profile whose ``[min, max]`` holds every shape in
-    ``shapes`` (input name -> shape); 0 when none does (TensorRT then refuses the shapes)."""
-    for index, profile in enumerate(meta.profiles):
-        if all(
-            name not in profile.shapes
-            or all(
-                a <= s <= b
-                for a, s, b in zip(profile.shapes[name][0], shape, profile.shapes[name][2])
-            )
-            for name, shape in shapes.items()
-        ):
-            return index
-    return 0

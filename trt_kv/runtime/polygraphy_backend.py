@@ -22,7 +22,8 @@ from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import load_cuda_engine, profile_for
+from trt_kv.runtime.engine_loader import load_cuda_engine
+from trt_kv.runtime.profiles import select_profile
 
 
 def _cache_view_class() -> type:
@@ -83,7 +84,7 @@ class PolygraphyBackend:
             feed[alias.input] = self.view(address, shape, self.view_dtypes[alias.input])
         shapes = {name: host.shape for name, host in steps.items()}
         shapes.update({name: shape for name in self.view_dtypes})
-        profile = profile_for(self.meta, shapes)
+        profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
         if profile != self.runner.context.active_optimization_profile:
             self.runner.set_profile(profile)
         outputs = self.runner.infer(feed, copy_outputs_to_host=False)

@@ -35,7 +35,8 @@ from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import load_cuda_engine, profile_for
+from trt_kv.runtime.engine_loader import load_cuda_engine
+from trt_kv.runtime.profiles import select_profile
 
 GraphMode = Literal["runtime", "manual"]
 
@@ -112,7 +113,7 @@ class TrtBackend:
         feed = step_feed(plan, self.inputs)
         shapes = {name: host.shape for name, host in feed.items()}
         shapes.update({a.input: (b, *self.storage.slot_shape) for a in self.meta.aliases})
-        profile = profile_for(self.meta, shapes)
+        profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
         if profile != ctx.active_optimization_profile:
             ok = ctx.set_optimization_profile_async(profile, self.stream)
             self._call(ok, "set_optimization_profile_async", profile)
