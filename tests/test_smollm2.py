@@ -2,12 +2,13 @@
 dequantizer and Q/K un-permutation) and is the oracle for the tensors and the greedy ids.
 
 The ids are goldens in ``real_model.py``; the first test re-derives them with transformers,
-the others check trt_kv's backends against them: the reference (float32) on both prompts in
-one batch, the interpreter of the built network in float32 on each prompt alone and in
-float16 on both in one batch. 24 new tokens, end-of-text ignored, greedy.
+the others check trt_kv's backends against them: the reference (float32) and the interpreter
+of the built network (float32 and float16), each on both prompts in one batch and on each
+prompt alone. 24 new tokens, end-of-text ignored, greedy.
 """
 
 import numpy as np
+import pytest
 import torch
 from real_model import CHAT_IDS, CHAT_PROMPT_IDS, PLAIN_IDS, PLAIN_PROMPT_IDS
 
@@ -48,11 +49,9 @@ def test_gguf_tensors_equal_the_ones_transformers_dequantizes(smollm2, hf_smollm
         np.testing.assert_allclose(ours[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_reference_greedy_ids_equal_hugging_face_batched(smollm2):
-    session = Session(
-        ReferenceBackend(smollm2.config, smollm2.weights, capacity=2, max_seq_len=S_MAX)
-    )
-    assert generate(session, PROMPTS, NEW).ids == EXPECTED
+def _reference_session(model, dtype, batch):
+    assert dtype == "float32"  # the reference computes in float32 only
+    return Session(ReferenceBackend(model.config, model.weights, capacity=batch, max_seq_len=S_MAX))
 
 
 def _interpreter_session(model, dtype, batch):
@@ -67,12 +66,18 @@ def _interpreter_session(model, dtype, batch):
     return Session(InterpreterBackend(net))
 
 
-def test_interpreter_float32_greedy_ids_equal_hugging_face_alone(smollm2):
-    session = _interpreter_session(smollm2, "float32", 1)
+SESSIONS = {"reference": _reference_session, "interpreter": _interpreter_session}
+CASES = [("reference", "float32"), ("interpreter", "float32"), ("interpreter", "float16")]
+
+
+@pytest.mark.parametrize(("backend", "dtype"), CASES)
+def test_greedy_ids_equal_hugging_face_batched(smollm2, backend, dtype):
+    session = SESSIONS[backend](smollm2, dtype, 2)
+    assert generate(session, PROMPTS, NEW).ids == EXPECTED
+
+
+@pytest.mark.parametrize(("backend", "dtype"), CASES)
+def test_greedy_ids_equal_hugging_face_alone(smollm2, backend, dtype):
+    session = SESSIONS[backend](smollm2, dtype, 1)
     for prompt, expected in zip(PROMPTS, EXPECTED):
         assert generate(session, [prompt], NEW).ids == [expected]
-
-
-def test_interpreter_float16_greedy_ids_equal_hugging_face_batched(smollm2):
-    session = _interpreter_session(smollm2, "float16", 2)
-    assert generate(session, PROMPTS, NEW).ids == EXPECTED
