@@ -55,7 +55,8 @@ def host_overhead_us(config: object, batch: int, prompt: int, steps: int) -> flo
 
 
 def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> object:
-    run_name, config, weights = load_model(model)
+    m = load_model(model)
+    run_name, config, weights = m.name, m.config, m.weights
     if name == "reference":
         from trt_kv.runtime.reference_backend import ReferenceBackend
 
@@ -113,7 +114,7 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=8, help="256 for the GPU targets")
     args = p.parse_args()
-    _, config, _ = load_model("default") if args.model == "default" else load_model(args.model)
+    config = load_model(args.model).config
 
     rows = []
     for b in args.batches:

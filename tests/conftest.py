@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 
 import pytest
+from real_model import hf_saved_folder, hf_smollm2, hf_tokenizer, smollm2, smollm2_gguf
 
 from trt_kv.runtime.cuda import gpu_unavailable_reason
 
@@ -30,6 +31,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     if REAL_GPU_REASON is None:
         return "gpu tests: on the real GPU"
     return f"gpu tests: on the EMULATED GPU (no real one: {REAL_GPU_REASON})"
+
+
+# Session fixtures of the real default model, shared by its test modules.
+__all__ = ["hf_saved_folder", "hf_smollm2", "hf_tokenizer", "smollm2", "smollm2_gguf"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

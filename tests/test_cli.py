@@ -1,7 +1,6 @@
 """The ``trt-kv`` command: build, generate on each CPU backend, a clear no-GPU error."""
 
 import json
-import re
 
 import pytest
 from cli_user import write_tiny_model
@@ -110,28 +109,36 @@ def test_text_prompt_is_tokenized_and_the_output_decoded(tiny_model, capsys):
     tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tiny_model / "tokenizer.json"))
+    args = ["--model", str(tiny_model), "--prompt", "w5 w17 w42", "--max-new-tokens", "4"]
     try:
-        assert (
-            main(
-                [
-                    "generate",
-                    "--model",
-                    str(tiny_model),
-                    "--prompt",
-                    "w5 w17 w42",
-                    "--max-new-tokens",
-                    "4",
-                    "--backend",
-                    "reference",
-                ]
-            )
-            == 0
-        )
+        out = run_json(capsys, *args, "--backend", "reference")
+        assert main(["generate", *args, "--backend", "reference"]) == 0
+        streamed = capsys.readouterr().out
     finally:
         (tiny_model / "tokenizer.json").unlink()
-    first = capsys.readouterr().out.splitlines()[0]
-    match = re.fullmatch(r"\[0\] \[([\d, ]+)\]  '(.*)'", first)
-    assert match, first
-    ids = [int(x) for x in match.group(1).split(",")]
+    [ids] = out["ids"]
     assert len(ids) == 4
-    assert match.group(2) == " ".join(f"w{i}" for i in ids)
+    assert out["text"] == [" ".join(f"w{i}" for i in ids)]
+    assert streamed == out["text"][0] + "\n"  # streamed piece by piece: "w5", " w17", ...
+
+
+def test_generation_stops_at_the_folders_eos_unless_ignore_eos(tiny_model, capsys):
+    args = ["--model", str(tiny_model), "--prompt-ids", "1,2,3", "--max-new-tokens", "6"]
+    free = run_json(capsys, *args, "--backend", "reference")["ids"][0]
+    stop = free[2] if free[2] not in free[:2] else free[0]
+    (tiny_model / "generation_config.json").write_text(json.dumps({"eos_token_id": [stop]}))
+    try:
+        stopped = run_json(capsys, *args, "--backend", "reference")["ids"][0]
+        ignored = run_json(capsys, *args, "--backend", "reference", "--ignore-eos")["ids"][0]
+    finally:
+        (tiny_model / "generation_config.json").unlink()
+    assert stopped == free[: free.index(stop) + 1]
+    assert ignored == free
+
+
+def test_chat_without_a_prompt_is_a_one_line_error(capsys):
+    assert main(["generate", "--chat"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "trt-kv: error: --chat: expected --prompt TEXT as well, got none\n"
+    )

@@ -76,7 +76,10 @@ def test_out_of_vocabulary_ids_name_the_option_and_the_vocabulary(capsys, tiny_m
 def test_a_missing_model_folder_is_refused(capsys, tmp_path):
     message = error_of(capsys, "generate", "--model", tmp_path / "nope")
     nope = tmp_path / "nope"
-    assert message == f"--model: expected 'default' or a model folder, got {nope} (no such folder)"
+    assert message == (
+        f"--model: expected 'default', a model folder or a .gguf file, got {nope} "
+        "(no such folder or file)"
+    )
     assert error_of(capsys, "build", "--model", tmp_path / "nope").startswith("--model: expected")
 
 

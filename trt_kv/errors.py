@@ -53,6 +53,10 @@ class ConfigError(TrtKvError, ValueError):
     """A model configuration or checkpoint trt_kv cannot build."""
 
 
+class DownloadError(TrtKvError, RuntimeError):
+    """A file trt_kv fetches (the default model) cannot be obtained, or fails its checksum."""
+
+
 class UnsupportedLayerError(TrtKvError, NotImplementedError):
     """The interpreter met a layer type (or layer setting) it does not execute."""
 

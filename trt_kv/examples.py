@@ -1,14 +1,24 @@
 """Built-in networks: the KV-cache example of TensorRT's KVCacheUpdate operator page, and
-the Llama model sources (the seeded SmolLM2-135M default, or a checkpoint folder)."""
+the models ``--model`` names (the default SmolLM2-135M-Instruct, a folder, a GGUF file)."""
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from trt_kv.builder import Profile, add_kv_cache_update, create_network
-from trt_kv.models.llama import LlamaConfig, LlamaWeights, load_hf_weights, random_weights
+from trt_kv.checkpoints import Checkpoint, read_checkpoint
+from trt_kv.errors import DownloadError
+from trt_kv.models.llama import (
+    LlamaConfig,
+    LlamaWeights,
+    llama_weights,
+    random_weights,
+    to_hf_tensors,
+)
 
 # Shapes of the documentation example: cache [4, 2, 8, 1], update [4, 2, 4, 1], indices [4].
 DOC_CACHE_SHAPE = (4, 2, 8, 1)
@@ -31,12 +41,40 @@ def doc_example_network(
     return builder, network, []
 
 
-def load_model(spec: str, seed: int = 0) -> tuple[str, LlamaConfig, LlamaWeights]:
-    """``"default"``: SmolLM2-135M shape with seeded random weights (no download); else a
-    Hugging Face checkpoint folder. Returns ``(name, config, weights)``."""
-    if spec == "default":
-        config = LlamaConfig.smollm2_135m()
-        return "smollm2-135m-random", config, random_weights(config, seed=seed)
-    folder = Path(spec)
-    config = LlamaConfig.from_hf(folder)
-    return folder.resolve().name, config, load_hf_weights(folder, config)
+@dataclass
+class Model:
+    """A checkpoint and what the Llama architecture made of it."""
+
+    name: str  # engine files are named after it
+    config: LlamaConfig
+    weights: LlamaWeights
+    checkpoint: Checkpoint  # .tokenizer(), .eos_token_ids, .random
+
+
+def random_checkpoint(seed: int = 0) -> Checkpoint:
+    """The SmolLM2-135M shape with seeded random weights (not a trained model)."""
+    config = LlamaConfig.smollm2_135m()
+    tensors = to_hf_tensors(random_weights(config, seed=seed))
+    return Checkpoint("smollm2-135m-random", config.to_hf(), tensors, random=True)
+
+
+def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = True) -> Model:
+    """``"default"`` (SmolLM2-135M-Instruct, fetched once; seeded random weights, said in one
+    line on stderr, when it cannot be obtained), a Hugging Face folder, or a GGUF file.
+
+    Raises:
+        ConfigError, ShapeError, DTypeError: a checkpoint trt_kv cannot build.
+    """
+    try:
+        checkpoint = read_checkpoint(spec, progress=progress)
+    except DownloadError as err:
+        if str(spec) != "default":
+            raise
+        print(
+            f"trt_kv: default model unavailable ({err}); "
+            "using seeded random weights (SmolLM2-135M shape, untrained: the text is noise)",
+            file=sys.stderr,
+        )
+        checkpoint = random_checkpoint(seed)
+    config = LlamaConfig.from_hf(checkpoint.config)
+    return Model(checkpoint.name, config, llama_weights(checkpoint.tensors, config), checkpoint)

@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if args.backend in generate.GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
-    name, config, weights = load_model(args.model)
+    model = load_model(args.model, progress=not args.quiet)
+    name, config, weights = model.name, model.config, model.weights
     capacity = max(args.batch)
     rows = []
     for context in args.context:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from trt_kv.cli import common
 from trt_kv.cli.checks import check_model
@@ -16,16 +17,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-model", action="store_true", help="only the doc example")
 
 
-def run(args: argparse.Namespace) -> int:
+def print_built(out: Path, rows: list) -> None:
+    """The TensorRT version and one table line per engine built into ``out``."""
     from trt_kv._trt import FEATURES
+
+    print(f"built with {FEATURES.module} {FEATURES.version} into {out}")
+    print(common.engine_table(rows))
+
+
+def run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.jobs import build_doc_example
 
     check_model(args)
     rows = [build_doc_example(args.out)]
     if not args.no_model:
-        name, config, weights = load_model(args.model)
-        rows.append(common.model_engine(args, name, config, weights, args.max_batch))
-    print(f"built with {FEATURES.module} {FEATURES.version} into {args.out}")
-    print(common.engine_table(rows))
+        m = load_model(args.model, progress=not args.quiet)
+        rows.append(common.model_engine(args, m.name, m.config, m.weights, args.max_batch))
+    print_built(args.out, rows)
     return 0

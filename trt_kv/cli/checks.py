@@ -132,13 +132,17 @@ def check_backend_options(args: argparse.Namespace, backend: str, note: str = ""
 
 
 def check_model(args: argparse.Namespace) -> None:
-    """``--model`` is ``default`` or an existing folder; ``--out`` is (or can become) a
-    folder; ``--max-step-tokens`` <= ``--max-seq-len``. Raises ArgumentError."""
+    """``--model`` is ``default``, an existing folder or a ``.gguf`` file; ``--out`` is (or
+    can become) a folder; ``--max-step-tokens`` <= ``--max-seq-len``. Raises ArgumentError."""
     model = getattr(args, "model", "default")
-    if model != "default" and not Path(model).is_dir():
-        state = "a file" if Path(model).exists() else "no such folder"
+    path = Path(model)
+    gguf = path.suffix.lower() == ".gguf" and path.is_file()
+    if model != "default" and not path.is_dir() and not gguf:
+        state = "a file, not .gguf" if path.exists() else "no such folder or file"
         raise ArgumentError(
-            mismatch("--model", "'default' or a model folder", "", f"{model} ({state})")
+            mismatch(
+                "--model", "'default', a model folder or a .gguf file", "", f"{model} ({state})"
+            )
         )
     out = getattr(args, "out", None)
     if out is not None:

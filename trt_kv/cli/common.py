@@ -22,7 +22,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``; ``helps``
     replaces the help of some (by dest) for a subcommand that reads them its own way."""
     text = {
-        "model": "'default' or a Hugging Face folder",
+        "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder or a .gguf file",
         "dtype": "weights and activations",
         "max_seq_len": "S_max of every cache",
         "max_batch": "most sequences per step",

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from trt_kv.cli import build, generate
-from trt_kv.cli.checks import check_backend_options, check_model
+from trt_kv.cli import build, common, generate
+from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
 
 HELP = "build, then generate on the GPU (or the CPU interpreter without one)"
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
+
+# (label, text, use the chat template): what the demo asks a model that has a tokenizer.
+DEMO_PROMPTS = (
+    ("chat", "What is the capital of France?", True),
+    ("continue", "The three primary colors are", False),
+)
+DEMO_MAX_NEW_TOKENS = 24
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,23 +32,51 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trt_kv.errors import ConfigError
+    from trt_kv.examples import load_model
+    from trt_kv.jobs import build_doc_example
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     args.backend = "tensorrt" if reason is None else "interpreter"
     check_backend_options(args, args.backend, " (the demo's pick: no GPU)" if reason else "")
     check_model(args)
-    generate.read_prompts(args)  # refuse bad prompts before building anything
-    args.no_model = False
-    build.run(args)
+    generate.check_prompt_options(args)  # refuse bad prompts before building anything
+    if args.prompt is None and args.prompt_ids is not None:
+        generate.check_fit(args, prompt_ids(args.prompt_ids), "--prompt-ids")
+    model = load_model(args.model, progress=not args.quiet)
+    args.max_new_tokens = args.max_new_tokens or DEMO_MAX_NEW_TOKENS
+    try:
+        has_text = args.prompt_ids is None and model.checkpoint.tokenizer() is not None
+    except ConfigError:
+        has_text = False  # random weights or a folder without tokenizer.json: ids only
+    runs = [(None, args.prompt, args.chat)]
+    if args.prompt is None and has_text:
+        runs = [(label, [text], chat) for label, text, chat in DEMO_PROMPTS]
+    asked = []  # (label, prompt texts, chat, prompt ids, tokenizer), all checked first
+    for label, prompt, chat in runs:
+        args.prompt, args.chat = prompt, chat
+        prompts, tokenizer = generate.prompts_of(args, model)
+        generate.check_fit(args, prompts, "--prompt" if prompt else "--prompt-ids")
+        asked.append((label, prompt, chat, prompts, tokenizer))
+    rows = [build_doc_example(args.out)]
+    rows.append(common.model_engine(args, model.name, model.config, model.weights, args.max_batch))
+    build.print_built(args.out, rows)
     if reason is not None:
         print(
             f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
             "running the same network's decode loop on the CPU interpreter instead"
         )
-    print(
-        f"\ngenerate: backend={args.backend}{' (emulated GPU)' if args.emulate_gpu else ''} "
-        f"prompts={args.prompt_ids or args.prompt or generate.DEFAULT_PROMPT_IDS} "
-        f"max_new_tokens={args.max_new_tokens}"
-    )
-    return generate.run(args)
+    backend = generate.make_backend(args, model.name, model.config, model.weights, 8)
+    where = " (emulated GPU)" if args.emulate_gpu else ""
+    try:
+        for label, prompt, chat, prompts, tokenizer in asked:
+            args.prompt, args.chat = prompt, chat
+            shown = f"{label}> {prompt[0]}" if label else f"prompts={args.prompt_ids or prompt}"
+            print(f"\n[{model.name}, backend={backend.name}{where}] {shown}")
+            generate.generate_and_print(
+                args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids
+            )
+    finally:
+        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
+    return 0

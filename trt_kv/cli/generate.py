@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trt_kv.cli import common
 from trt_kv.cli.checks import (
@@ -16,25 +17,40 @@ from trt_kv.cli.checks import (
     prompt_ids,
     real,
 )
-from trt_kv.errors import ArgumentError, ConfigError, mismatch
+from trt_kv.errors import ArgumentError, mismatch
+
+if TYPE_CHECKING:
+    from trt_kv.examples import Model
 
 HELP = "generate tokens for prompts on a chosen backend"
-EXAMPLE = 'trt-kv generate --prompt-ids "1,2,3;4,5" --max-new-tokens 8 --backend interpreter'
+EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --backend interpreter'
+DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
 GPU_BACKENDS = ("tensorrt", "polygraphy")
-DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
+MAX_NEW_TOKENS_HELP = (
+    "tokens to generate per prompt (default: 8, or 64 with --prompt; at most what fits S_max)"
+)
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
-    common.add_model_arguments(p)
+    step = "longest prompt per step (None: the longest prompt given, at least 64)"
+    common.add_model_arguments(p, helps={"max_step_tokens": step})
     p.add_argument(
         "--prompt-ids", help=f"token ids, ';' per prompt (default: {DEFAULT_PROMPT_IDS})"
     )
-    p.add_argument("--prompt", help="text (needs tokenizer.json in --model)")
     p.add_argument(
-        "--max-new-tokens", type=integer(1), default=8, help="tokens to generate per prompt"
+        "--prompt",
+        action="append",
+        help="text prompt (repeat for a batch; replaces --prompt-ids); the answer streams",
     )
+    p.add_argument(
+        "--chat", action="store_true", help="wrap each --prompt in the model's chat template"
+    )
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="do not stop at the model's end-of-text ids"
+    )
+    p.add_argument("--max-new-tokens", type=integer(1), default=None, help=MAX_NEW_TOKENS_HELP)
     p.add_argument("--temperature", type=real(0.0), default=0.0, help="0: greedy")
     p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
     p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
@@ -46,7 +62,9 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
         help="run tensorrt/polygraphy on trt_kv's emulated GPU, on the CPU (a test of the "
         "decode loop; results are emulated, not measured on a GPU)",
     )
-    p.add_argument("--json", action="store_true", help="one JSON line: backend, ids, tokens/s")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON line: backend, ids, text, tokens/s"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,32 +72,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="reference", help="where to run")
 
 
-def read_prompts(args: argparse.Namespace) -> tuple[list[list[int]], object | None]:
-    """``(prompts, tokenizer)`` from ``--prompt-ids`` or ``--prompt`` (then the model's
-    tokenizer). Raises ArgumentError or ConfigError."""
-    if args.prompt is None:
-        ids = DEFAULT_PROMPT_IDS if args.prompt_ids is None else args.prompt_ids
-        return prompt_ids(ids), None
-    if args.prompt_ids is not None:
-        raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
-    tok_path = Path(args.model) / "tokenizer.json"
-    if not tok_path.is_file():
-        raise ConfigError(
-            f"--prompt: expected {tok_path} (a model folder with tokenizer.json), "
-            "got none; use --prompt-ids"
-        )
-    from tokenizers import Tokenizer
+def _ids_text(args: argparse.Namespace) -> str:
+    return DEFAULT_PROMPT_IDS if args.prompt_ids is None else args.prompt_ids
 
-    try:
-        tokenizer = Tokenizer.from_file(str(tok_path))
-    except Exception as err:  # tokenizers raises plain Exception for a malformed file
-        raise ConfigError(mismatch(str(tok_path), "a tokenizer.json", "", err)) from err
-    ids = tokenizer.encode(args.prompt).ids
-    if not ids:
-        raise ArgumentError(
-            mismatch("--prompt", "text with at least one token", "", repr(args.prompt))
-        )
-    return [ids], tokenizer
+
+def check_prompt_options(args: argparse.Namespace) -> None:
+    """Refuse prompt options that contradict each other or do not parse, before any model
+    is loaded. Raises ArgumentError."""
+    if args.prompt is not None and args.prompt_ids is not None:
+        raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
+    if args.chat and args.prompt is None:
+        raise ArgumentError("--chat: expected --prompt TEXT as well, got none")
+    if args.prompt is None:
+        prompt_ids(_ids_text(args))
+
+
+def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
+    """``(prompt ids, tokenizer or None)``: ``--prompt`` texts (chat-templated with
+    ``--chat``) through the model's tokenizer, else ``--prompt-ids`` (decoded with the
+    tokenizer when the model has one).
+
+    Raises:
+        ArgumentError: as :func:`check_prompt_options`, text without a token, ids outside
+            the vocabulary. ConfigError: text for a model with no tokenizer (or no chat
+            template).
+    """
+    from trt_kv.errors import ConfigError
+
+    check_prompt_options(args)
+    if args.prompt is None:
+        try:
+            tokenizer = model.checkpoint.tokenizer()
+        except ConfigError:
+            tokenizer = None  # ids in, ids out
+        prompts = prompt_ids(_ids_text(args))
+        check_vocabulary(prompts, model.config.vocab_size, "--prompt-ids")
+        return prompts, tokenizer
+    tokenizer = model.checkpoint.tokenizer()
+    if args.chat:
+        chats = [[{"role": "user", "content": text}] for text in args.prompt]
+        prompts = [tokenizer.encode_chat(c) for c in chats]
+    else:
+        prompts = [tokenizer.encode(text) for text in args.prompt]
+    for text, ids in zip(args.prompt, prompts):
+        if not ids:
+            raise ArgumentError(
+                mismatch("--prompt", "text with at least one token", "", repr(text))
+            )
+    check_vocabulary(prompts, model.config.vocab_size, "--prompt")
+    return prompts, tokenizer
 
 
 def make_backend(
@@ -128,6 +169,83 @@ def make_backend(
     return TrtBackend(path, cuda_graph=args.cuda_graph)
 
 
+class _Stream:
+    """Writes sequence 0's text to stdout as its tokens arrive (whole characters only)."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self.tokenizer = tokenizer
+        self.decoder = tokenizer.stream()
+
+    def __call__(self, k: int, token: int) -> None:
+        if k == 0:
+            piece = self.decoder.step(self.tokenizer.tokenizer, token)
+            if piece:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+
+
+def new_tokens(args: argparse.Namespace, prompts: list[list[int]]) -> int:
+    """``--max-new-tokens``, else 8 for ids and 64 for text, at most what fits ``S_max``."""
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens
+    room = args.max_seq_len - max(map(len, prompts)) + 1
+    return max(1, min(64 if args.prompt is not None else 8, room))
+
+
+def check_fit(args: argparse.Namespace, prompts: list[list[int]], option: str) -> None:
+    """Widen ``--max-step-tokens`` (when not given) to the longest prompt, then refuse
+    prompts that cannot fit a step or the cache (ArgumentError naming ``option``)."""
+    if args.max_step_tokens is None:  # room for the longest prompt in one step
+        args.max_step_tokens = min(args.max_seq_len, max(64, *map(len, prompts)))
+    step = common.max_step_tokens(args)
+    check_prompt_lengths(prompts, step, args.max_seq_len, new_tokens(args, prompts), option)
+
+
+def generate_and_print(
+    args: argparse.Namespace,
+    backend: object,
+    prompts: list[list[int]],
+    tokenizer: object | None,
+    eos_ids: tuple[int, ...],
+) -> None:
+    """Generate, printing as ``--json`` / text (streamed for one text prompt) / ids asks."""
+    import json
+
+    from trt_kv.runtime.generate import generate
+    from trt_kv.runtime.sampling import Sampler
+    from trt_kv.runtime.session import Session
+
+    text_mode = args.prompt is not None and not args.json
+    stream = _Stream(tokenizer) if text_mode and len(prompts) == 1 else None
+    result = generate(
+        Session(backend),
+        prompts,
+        new_tokens(args, prompts),
+        Sampler(args.temperature, args.top_k, args.seed),
+        eos_ids=() if args.ignore_eos else eos_ids,
+        on_token=stream,
+    )
+    texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
+    where = " (emulated GPU)" if args.emulate_gpu else ""
+    summary = f"{backend.name}{where}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s"
+    if args.json:
+        out = {"backend": backend.name, "emulated_gpu": args.emulate_gpu, "ids": result.ids}
+        if texts is not None:
+            out["text"] = texts
+        print(json.dumps({**out, "tokens_per_s": round(result.tokens_per_s, 3)}))
+    elif stream is not None:
+        print()
+        print(summary, file=sys.stderr)
+    elif text_mode:
+        for k, text in enumerate(texts):
+            print(f"[{k}] {text}")
+        print(summary, file=sys.stderr)
+    else:
+        for k, ids in enumerate(result.ids):
+            print(f"[{k}] {ids}" + (f"  {texts[k]!r}" if texts else ""))
+        print(summary)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.emulate_gpu:
         from trt_kv.emulator import emulated_gpu
@@ -138,45 +256,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
-
     from trt_kv.examples import load_model
     from trt_kv.runtime.cuda import require_gpu
-    from trt_kv.runtime.generate import generate
-    from trt_kv.runtime.sampling import Sampler
-    from trt_kv.runtime.session import Session
 
     check_backend_options(args, args.backend)
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
-    prompts, tokenizer = read_prompts(args)
-    option = "--prompt" if tokenizer else "--prompt-ids"
-    step_tokens = common.max_step_tokens(args)
-    check_prompt_lengths(prompts, step_tokens, args.max_seq_len, args.max_new_tokens, option)
-    sampler = Sampler(args.temperature, args.top_k, args.seed)
-    name, config, weights = load_model(args.model)
-    check_vocabulary(prompts, config.vocab_size, option)
-    backend = make_backend(args, name, config, weights, len(prompts))
+    check_prompt_options(args)
+    if args.prompt is None:  # ids: their lengths are known before loading
+        check_fit(args, prompt_ids(_ids_text(args)), "--prompt-ids")
+    model = load_model(args.model, progress=not args.quiet)
+    prompts, tokenizer = prompts_of(args, model)
+    check_fit(args, prompts, "--prompt" if args.prompt is not None else "--prompt-ids")
+    backend = make_backend(args, model.name, model.config, model.weights, len(prompts))
     try:
-        result = generate(Session(backend), prompts, args.max_new_tokens, sampler)
+        generate_and_print(args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids)
     finally:
         getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "backend": backend.name,
-                    "emulated_gpu": args.emulate_gpu,
-                    "ids": result.ids,
-                    "tokens_per_s": round(result.tokens_per_s, 3),
-                }
-            )
-        )
-        return 0
-    for k, ids in enumerate(result.ids):
-        text = f"  {tokenizer.decode(ids)!r}" if tokenizer else ""
-        print(f"[{k}] {ids}{text}")
-    where = " (emulated GPU)" if args.emulate_gpu else ""
-    print(f"{backend.name}{where}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s")
     return 0

@@ -123,8 +123,10 @@ def _window_layers(family: Family, d: dict, layers: int) -> tuple[int | None, tu
         types = tuple(FULL if t == "attention" else t for t in types)
     window = d.get("sliding_window")
     if family.window == "none":
-        if window is not None or (types and SLIDING in types):
+        if window is not None:
             raise _refuse("sliding_window", "null (no sliding window in this family)", window)
+        if types and SLIDING in types:
+            raise _refuse("layer_types", f"only {FULL!r} layers in this family", list(types))
         return None, None
     if family.window == "layers":
         if not d.get("use_sliding_window", False):

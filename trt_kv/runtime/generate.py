@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +31,14 @@ def generate(
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int,
     sampler: Sampler | None = None,
-    eos_id: int | None = None,
+    eos_ids: int | Iterable[int] | None = None,
+    on_token: Callable[[int, int], None] | None = None,
 ) -> Generation:
     """Generate up to ``max_new_tokens`` per prompt in slots ``0 .. len(prompts) - 1``.
+
+    A sequence stops after it produces any of ``eos_ids`` (one id or several; the stop token
+    is kept in its ids). ``on_token(k, token_id)`` is called for each new token of sequence
+    ``k`` as soon as it is chosen (streaming).
 
     Raises:
         ArgumentError: ``max_new_tokens`` not an integer >= 1.
@@ -45,6 +50,7 @@ def generate(
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
         raise ShapeError(mismatch("prompts", "a list of token-id lists", "", repr(prompts)))
     sampler = sampler or Sampler()
+    stop = frozenset([eos_ids] if isinstance(eos_ids, int) else eos_ids or ())
     s_max = session.state.max_seq_len
     for k, p in enumerate(prompts):
         if not hasattr(p, "__len__"):
@@ -58,7 +64,8 @@ def generate(
                     len(p) + max_new_tokens - 1,
                 )
             )
-    shown = bar(len(prompts) * max_new_tokens, "generate", unit="tok")  # live tokens/s
+    # live tokens/s, unless the caller streams the tokens itself
+    shown = None if on_token else bar(len(prompts) * max_new_tokens, "generate", unit="tok")
     start = time.perf_counter()
     logits = session.prefill(prompts)
     steps = 1
@@ -69,12 +76,16 @@ def generate(
         for k, t in enumerate(next_ids):
             if not done[k]:
                 out[k].append(int(t))
-                done[k] = len(out[k]) >= max_new_tokens or (eos_id is not None and t == eos_id)
-        shown.update(sum(map(len, out)) - shown.n)
+                done[k] = len(out[k]) >= max_new_tokens or int(t) in stop
+                if on_token is not None:
+                    on_token(k, int(t))
+        if shown is not None:
+            shown.update(sum(map(len, out)) - shown.n)
         if all(done):
             break
         logits = session.decode(next_ids)
         steps += 1
     seconds = time.perf_counter() - start
-    shown.close()
+    if shown is not None:
+        shown.close()
     return Generation(out, seconds, steps)

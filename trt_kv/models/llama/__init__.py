@@ -6,6 +6,7 @@ from trt_kv.models.llama.rope import inv_freq, rope_tables
 from trt_kv.models.llama.weights import (
     LayerWeights,
     LlamaWeights,
+    llama_weights,
     load_hf_weights,
     random_weights,
     to_hf_tensors,
@@ -19,6 +20,7 @@ __all__ = [
     "RopeScaling",
     "build_llama_network",
     "inv_freq",
+    "llama_weights",
     "load_hf_weights",
     "random_weights",
     "rope_tables",

@@ -3,6 +3,8 @@
 The family switches (biases, q/k norm, norm offset, activation, embedding scale, partial
 rotary, sliding window) default to Llama; :mod:`trt_kv.models.family` reads them from
 ``config.json``.
+
+Which other ``config.json`` keys are accepted, read or refused: :mod:`.config_keys`.
 """
 
 from __future__ import annotations
@@ -14,61 +16,24 @@ from pathlib import Path
 
 from trt_kv.errors import ConfigError, mismatch
 from trt_kv.models.family import SLIDING, family_of, family_switches
+from trt_kv.models.llama.config_keys import ACCEPTED, IMPLEMENTED, REFUSED_UNLESS, REQUIRED, SIZES
 
-# Keys of a Hugging Face config.json that do not change the forward pass we build.
-_IGNORED = {
-    "architectures",
-    "model_type",
-    "torch_dtype",
-    "dtype",
-    "transformers_version",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-    "initializer_range",
-    "use_cache",
-    "pretraining_tp",
-    "attention_dropout",
-    "is_llama_config",
-    "rope_interleaved",
-    "_name_or_path",
-    "output_attentions",
-    "output_hidden_states",
-    "return_dict",
-    "tie_word_embeddings",
-    "head_dim",
-    "rope_scaling",
-    "rope_theta",
-    "rope_parameters",
-    "hidden_act",
-    "attention_bias",
-    "mlp_bias",
-    "max_position_embeddings",
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "rms_norm_eps",
-    "layer_types",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "chunk_size_feed_forward",
-    "tokenizer_class",
-    "bad_words_ids",
-}
-
-
-_REQUIRED = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-)
 _LONGROPE_FIELDS = ("short_factor", "long_factor")
+_LLAMA3_FIELDS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
+# rope type -> the keys its rope_parameters / rope_scaling may hold
+_ROPE_KEYS = {"default": {"rope_type", "type", "rope_theta", "partial_rotary_factor"}}
+_ROPE_KEYS["llama3"] = _ROPE_KEYS["default"] | set(_LLAMA3_FIELDS)
+_ROPE_KEYS["longrope"] = _ROPE_KEYS["default"] | {
+    *_LONGROPE_FIELDS,
+    "factor",
+    "attention_factor",
+    "original_max_position_embeddings",
+}
 # LlamaConfig fields that are family switches (written by to_json only when not Llama's).
 _SWITCHES = (
     "model_type",
@@ -81,12 +46,6 @@ _SWITCHES = (
     "partial_rotary_factor",
     "sliding_window",
     "layer_types",
-)
-_LLAMA3_FIELDS = (
-    "factor",
-    "low_freq_factor",
-    "high_freq_factor",
-    "original_max_position_embeddings",
 )
 
 
@@ -112,10 +71,27 @@ class LongRope:
     attention_factor: float
 
 
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(mismatch(name, "an integer > 0", "", repr(value)))
+
+
+def _positive_number(name: str, value: object) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ConfigError(mismatch(name, "a finite number > 0", "", repr(value)))
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     """Shape and switches of a decoder (every family: see :mod:`trt_kv.models.family`).
-    Defaults are HuggingFaceTB/SmolLM2-135M (Llama switches)."""
+    Defaults are HuggingFaceTB/SmolLM2-135M (Llama switches).
+
+    Raises:
+        ConfigError: a size that is not a positive integer, heads not a multiple of KV
+            heads, an odd head size, a non-positive eps or theta, an unknown family or
+            activation, a rotary size that is not even.
+    """
 
     vocab_size: int = 49152
     hidden_size: int = 576
@@ -154,6 +130,16 @@ class LlamaConfig:
         return None
 
     def __post_init__(self) -> None:
+        for name in SIZES:
+            _positive_int(name, getattr(self, name))
+        _positive_number("rms_norm_eps", self.rms_norm_eps)
+        _positive_number("rope_theta", self.rope_theta)
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ConfigError(
+                mismatch("tie_word_embeddings", "true or false", "", repr(self.tie_word_embeddings))
+            )
+        if self.head_dim % 2:
+            raise ConfigError(mismatch("head_dim", "an even number", "", self.head_dim))
         family_of(self.model_type)
         if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
             raise ConfigError(
@@ -172,8 +158,6 @@ class LlamaConfig:
                     self.num_attention_heads,
                 )
             )
-        if self.head_dim % 2:
-            raise ConfigError(mismatch("head_dim", "an even number", "", self.head_dim))
 
     @classmethod
     def smollm2_135m(cls) -> LlamaConfig:
@@ -184,41 +168,81 @@ class LlamaConfig:
         """Read a Hugging Face ``config.json`` (a dict, the file, or its folder).
 
         Raises:
-            ConfigError: a model type not in ``trt_kv.models.family.FAMILIES``, a switch
-                that family does not build (activation, biases, window), a rope type other
-                than default/llama3/longrope (Phi-3), or unknown fields; each named.
+            ConfigError: a model type not in ``trt_kv.models.family.FAMILIES``; a switch that
+                family does not build (activation, biases, window); a ``REFUSED_UNLESS`` key
+                at a value not built here; a rope type other than default/llama3/longrope
+                (Phi-3); a key in no list; a missing required key; a value of the wrong type
+                or range. Each message names the key and the value.
         """
         if not isinstance(source, dict):
+            from trt_kv.checkpoints.hf import read_json
+
             path = Path(source)
-            path = path / "config.json" if path.is_dir() else path
-            source = json.loads(path.read_text())
+            source = read_json(path / "config.json" if path.is_dir() else path)
         d = source
         family = family_of(d.get("model_type", "llama"))
-        unknown = sorted(k for k in d if k not in _IGNORED | family.keys)
+        for key, (built, what) in REFUSED_UNLESS.items():
+            if key in d and not built(d[key]):
+                raise ConfigError(mismatch(f"config.{key}", what, "", json.dumps(d[key])))
+        known = ACCEPTED | IMPLEMENTED | set(REFUSED_UNLESS) | family.keys
+        unknown = sorted(k for k in d if k not in known)
         if unknown:
-            raise ConfigError(mismatch("config.json", "only supported fields, extra", [], unknown))
-        missing = [k for k in _REQUIRED if k not in d]
+            raise ConfigError(
+                mismatch("config.json", "only keys trt_kv knows", "", f"unknown {unknown}")
+            )
+        missing = [k for k in REQUIRED if k not in d]
         if missing:
-            raise ConfigError(mismatch("config.json", "required fields, missing", "", missing))
+            raise ConfigError(
+                mismatch("config.json", "the keys", list(REQUIRED), f"missing {missing}")
+            )
+        for key in ("num_hidden_layers", "num_attention_heads", "hidden_size"):
+            _positive_int(key, d[key])
         switches = family_switches(d, d["num_hidden_layers"])
         theta, scaling, partial = _rope(d)
         heads = d["num_attention_heads"]
+        kv_heads, head_dim = d.get("num_key_value_heads"), d.get("head_dim")
         return cls(
             vocab_size=d["vocab_size"],
             hidden_size=d["hidden_size"],
             intermediate_size=d["intermediate_size"],
             num_hidden_layers=d["num_hidden_layers"],
             num_attention_heads=heads,
-            num_key_value_heads=d.get("num_key_value_heads") or heads,
-            head_dim=d.get("head_dim") or d["hidden_size"] // heads,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
+            num_key_value_heads=heads if kv_heads is None else kv_heads,
+            head_dim=d["hidden_size"] // heads if head_dim is None else head_dim,
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            rope_theta=theta,
             rope_scaling=scaling,
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            tie_word_embeddings=d.get("tie_word_embeddings", False),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
             partial_rotary_factor=partial,
             **switches,
         )
+
+    def to_hf(self) -> dict:
+        """The ``config.json`` transformers would write for a Llama of this shape
+        (``from_hf``'s inverse; llama3 RoPE scaling kept, family switches not written).
+
+        Raises:
+            ConfigError: a config with another family's switches.
+        """
+        switched = [
+            f.name
+            for f in fields(self)
+            if f.name in _SWITCHES and getattr(self, f.name) != f.default
+        ]
+        if switched:
+            raise ConfigError(mismatch("to_hf", "Llama switches only", "", f"switched {switched}"))
+        skip = ("rope_theta", "rope_scaling", *_SWITCHES)
+        d = {k: v for k, v in asdict(self).items() if k not in skip}
+        rope = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if isinstance(self.rope_scaling, RopeScaling):
+            rope = {**rope, "rope_type": "llama3", **asdict(self.rope_scaling)}
+        return {
+            "architectures": [family_of("llama").architecture],
+            "model_type": "llama",
+            **d,
+            "rope_parameters": rope,
+        }
 
     def to_json(self) -> dict:
         """The fields as JSON values; family switches only where they differ from Llama's
@@ -259,7 +283,14 @@ def _longrope(d: dict, rope: dict, rotary_dim: int) -> LongRope:
         ["original_max_position_embeddings"] if original is None else []
     )
     if absent:
-        raise ConfigError(mismatch("config.rope_scaling (longrope)", "fields, missing", "", absent))
+        raise ConfigError(
+            mismatch(
+                "config.rope_scaling (longrope)",
+                "the keys",
+                list(_LONGROPE_FIELDS),
+                f"missing {absent}",
+            )
+        )
     for key in _LONGROPE_FIELDS:
         if len(rope[key]) != rotary_dim // 2:
             raise ConfigError(
@@ -283,28 +314,45 @@ def _rope(d: dict) -> tuple[float, RopeScaling | LongRope | None, float]:
     transformers does), with theta from the top level.
 
     Raises:
-        ConfigError: a rope type other than default/llama3/longrope, missing fields.
+        ConfigError: a rope type other than default/llama3/longrope, keys that type does not
+            have, missing fields, values of the wrong type.
     """
-    rope = dict(d.get("rope_scaling") or d.get("rope_parameters") or {})
+    key = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
+    rope = d.get(key) or {}
+    if not isinstance(rope, dict):
+        raise ConfigError(mismatch(f"config.{key}", "an object or null", "", json.dumps(rope)))
     theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-    partial = float(rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0)))
+    _positive_number(f"config.{key}.rope_theta", theta)
+    partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+    _positive_number(f"config.{key}.partial_rotary_factor", partial)
     kind = rope.get("rope_type", rope.get("type", "default"))
     kinds = ("default", "llama3", "longrope")
     if kind not in kinds or (kind == "longrope" and d.get("model_type") != "phi3"):
-        raise ConfigError(mismatch("config.rope_scaling.rope_type", "one of", kinds, kind))
+        raise ConfigError(mismatch(f"config.{key}.rope_type", "one of", list(kinds), repr(kind)))
+    extra = sorted(set(rope) - _ROPE_KEYS[kind])
+    if extra:
+        raise ConfigError(
+            mismatch(f"config.{key} ({kind})", "no other keys", "", f"unknown {extra}")
+        )
     if kind == "default":
-        return float(theta), None, partial
+        return float(theta), None, float(partial)
     if kind == "longrope":
         heads = d["num_attention_heads"]
         head_dim = d.get("head_dim") or d["hidden_size"] // heads
-        return float(theta), _longrope(d, rope, int(head_dim * partial)), partial
+        return float(theta), _longrope(d, rope, int(head_dim * partial)), float(partial)
     absent = [k for k in _LLAMA3_FIELDS if k not in rope]
     if absent:
-        raise ConfigError(mismatch("config.rope_scaling (llama3)", "fields, missing", "", absent))
+        raise ConfigError(
+            mismatch(
+                f"config.{key} (llama3)", "the keys", list(_LLAMA3_FIELDS), f"missing {absent}"
+            )
+        )
+    for k in _LLAMA3_FIELDS:
+        _positive_number(f"config.{key}.{k}", rope[k])
     scaling = RopeScaling(
         float(rope["factor"]),
         float(rope["low_freq_factor"]),
         float(rope["high_freq_factor"]),
         int(rope["original_max_position_embeddings"]),
     )
-    return float(theta), scaling, partial
+    return float(theta), scaling, float(partial)

@@ -1,19 +1,18 @@
-"""Llama weights in Hugging Face layout, loaded from safetensors or made up from a seed.
+"""Llama weights in Hugging Face layout, taken from a checkpoint or made up from a seed.
 
-Hugging Face names are mapped here and nowhere else. Layouts are Hugging Face's
+Hugging Face names are mapped here and nowhere else (the readers in ``trt_kv.checkpoints``
+keep them as stored). Layouts are Hugging Face's
 (``nn.Linear``: ``[out_features, in_features]``).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
 
-from trt_kv.errors import ConfigError, ShapeError, mismatch
+from trt_kv.errors import ConfigError, DTypeError, ShapeError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.progress import track
 
@@ -164,42 +163,62 @@ def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _safetensors_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [folder / n for n in names]
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return [single]
-    raise ConfigError(
-        mismatch(
-            str(folder), "model.safetensors or model.safetensors.index.json", "present", "missing"
-        )
+# Floating dtypes a checkpoint may store (bfloat16 arrives as ml_dtypes' bfloat16).
+_FLOAT_KINDS = ("float16", "bfloat16", "float32", "float64")
+
+
+def _ignored(name: str, config: LlamaConfig) -> bool:
+    """Tensors Hugging Face itself drops on load: RoPE tables older versions saved, and a
+    head that is tied to the embedding."""
+    return name.endswith(".rotary_emb.inv_freq") or (
+        name == "lm_head.weight" and config.tie_word_embeddings
     )
+
+
+def llama_weights(tensors: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:
+    """The model's arrays from a checkpoint's Hugging Face names (the only place the names
+    are mapped; fused Phi-3 projections split), checked against ``config``; arrays keep their
+    dtype.
+
+    Raises:
+        ConfigError: a tensor missing, or one the model has no place for (extra layers,
+            biases the config does not switch on). ShapeError: a tensor of the wrong shape.
+            DTypeError: a non-float tensor.
+    """
+    tensors = split_fused(tensors, config)
+    shapes = expected_shapes(config)
+    missing = sorted(set(shapes) - set(tensors))
+    if missing:
+        raise ConfigError(
+            mismatch("checkpoint", f"all {len(shapes)} tensors", "", f"missing {missing[:5]}")
+        )
+    extra = sorted(k for k in tensors if k not in shapes and not _ignored(k, config))
+    if extra:
+        raise ConfigError(
+            mismatch(
+                "checkpoint", "only tensors the config has a place for", "", f"extra {extra[:5]}"
+            )
+        )
+    for name, shape in shapes.items():
+        array = tensors[name]
+        if str(array.dtype) not in _FLOAT_KINDS:
+            raise DTypeError(mismatch(name, "dtype one of", list(_FLOAT_KINDS), array.dtype))
+        if array.shape != shape:
+            raise ShapeError(mismatch(name, "shape", shape, array.shape))
+    return _from_named(tensors, config)
 
 
 def load_hf_weights(folder: str | Path, config: LlamaConfig) -> LlamaWeights:
     """Read a Hugging Face checkpoint folder (single or sharded safetensors) into NumPy.
 
     Raises:
-        ConfigError: missing files or tensors. ShapeError: a tensor of the wrong shape.
+        ConfigError: missing or malformed files, missing or extra tensors. ShapeError,
+            DTypeError: as :func:`llama_weights`.
     """
+    from trt_kv.checkpoints.hf import read_safetensors, safetensors_files
+
     folder = Path(folder)
-    tensors: dict[str, np.ndarray] = {}
-    for path in _safetensors_files(folder):
-        with safe_open(str(path), framework="numpy") as f:
-            for key in track(list(f.keys()), f"load {path.name}", unit="tensor"):
-                tensors[key] = f.get_tensor(key)
-    tensors = split_fused(tensors, config)
-    shapes = expected_shapes(config)
-    missing = sorted(set(shapes) - set(tensors))
-    if missing:
-        raise ConfigError(mismatch(str(folder), "tensors, missing", [], missing[:5]))
-    for name, shape in shapes.items():
-        if tensors[name].shape != shape:
-            raise ShapeError(mismatch(name, "shape", shape, tensors[name].shape))
-    return _from_named(tensors, config)
+    return llama_weights(read_safetensors(safetensors_files(folder)), config)
 
 
 def _from_named(t: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:

@@ -1,0 +1,78 @@
+"""The real default model against Hugging Face: transformers loads the same GGUF (its own
+dequantizer and Q/K un-permutation) and is the oracle for the tensors and the greedy ids.
+
+The ids are goldens in ``real_model.py``; the first test re-derives them with transformers,
+the others check trt_kv's backends against them: the reference (float32) on both prompts in
+one batch, the interpreter of the built network in float32 on each prompt alone and in
+float16 on both in one batch. 24 new tokens, end-of-text ignored, greedy.
+"""
+
+import numpy as np
+import torch
+from real_model import CHAT_IDS, CHAT_PROMPT_IDS, PLAIN_IDS, PLAIN_PROMPT_IDS
+
+from trt_kv.models.llama import LlamaConfig, build_llama_network, to_hf_tensors
+from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.runtime.interpreter_backend import InterpreterBackend
+
+PROMPTS = [CHAT_PROMPT_IDS, PLAIN_PROMPT_IDS]
+EXPECTED = [CHAT_IDS, PLAIN_IDS]
+NEW = 24
+S_MAX = 64
+
+
+def test_hugging_face_greedy_ids_are_the_goldens(hf_smollm2):
+    for prompt, expected in zip(PROMPTS, EXPECTED):
+        out = hf_smollm2.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=NEW,
+            eos_token_id=None,  # all 24 tokens
+            pad_token_id=2,
+        )
+        assert out[0, len(prompt) :].tolist() == expected
+
+
+def test_config_from_gguf_metadata_is_smollm2_135m(smollm2):
+    assert smollm2.config == LlamaConfig(rms_norm_eps=float(np.float32(1e-5)))
+    assert smollm2.checkpoint.eos_token_ids == (2,)
+
+
+def test_gguf_tensors_equal_the_ones_transformers_dequantizes(smollm2, hf_smollm2):
+    ours = to_hf_tensors(smollm2.weights)
+    theirs = {k: v.numpy() for k, v in hf_smollm2.state_dict().items() if k != "lm_head.weight"}
+    assert sorted(ours) == sorted(theirs)  # tied head: the embedding
+    for name, value in theirs.items():
+        assert ours[name].dtype == np.float32
+        np.testing.assert_allclose(ours[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_reference_greedy_ids_equal_hugging_face_batched(smollm2):
+    session = Session(
+        ReferenceBackend(smollm2.config, smollm2.weights, capacity=2, max_seq_len=S_MAX)
+    )
+    assert generate(session, PROMPTS, NEW).ids == EXPECTED
+
+
+def _interpreter_session(model, dtype, batch):
+    net = build_llama_network(
+        model.config,
+        model.weights,
+        max_seq_len=S_MAX,
+        max_batch=batch,
+        max_step_tokens=40,
+        dtype=dtype,
+    )
+    return Session(InterpreterBackend(net))
+
+
+def test_interpreter_float32_greedy_ids_equal_hugging_face_alone(smollm2):
+    session = _interpreter_session(smollm2, "float32", 1)
+    for prompt, expected in zip(PROMPTS, EXPECTED):
+        assert generate(session, [prompt], NEW).ids == [expected]
+
+
+def test_interpreter_float16_greedy_ids_equal_hugging_face_batched(smollm2):
+    session = _interpreter_session(smollm2, "float16", 2)
+    assert generate(session, PROMPTS, NEW).ids == EXPECTED

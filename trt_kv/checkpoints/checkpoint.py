@@ -1,0 +1,72 @@
+"""One checkpoint in memory, whatever file it came from: a config, named arrays, the tokens
+that end a reply, and a way to get the tokenizer.
+
+Every reader (Hugging Face folder, GGUF file, the built-in default) produces a
+:class:`Checkpoint`; the architecture (``trt_kv.models``) consumes it. Names and layouts are
+Hugging Face's: ``config`` holds the keys of a ``config.json`` as transformers writes it,
+``tensors`` the arrays under their ``model.layers.{i}...`` names, ``nn.Linear`` weights
+``[out_features, in_features]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trt_kv.errors import ConfigError, mismatch
+
+if TYPE_CHECKING:
+    from trt_kv.checkpoints.tokenizer import TextTokenizer
+
+
+@dataclass
+class Checkpoint:
+    """A model as read from disk (or made up from a seed, when ``random`` is set)."""
+
+    name: str  # short name for engine files: "smollm2-135m-instruct", a folder's name...
+    config: dict  # config.json keys, as transformers writes them
+    tensors: dict[str, np.ndarray]  # Hugging Face name -> array
+    eos_token_ids: tuple[int, ...] = ()  # generation stops at any of these by default
+    source: str = ""  # the file or folder read (for messages)
+    random: bool = False  # seeded random weights, not a trained model
+    tokenizer_loader: Callable[[], TextTokenizer] | None = field(default=None, repr=False)
+    _tokenizer: TextTokenizer | None = field(default=None, init=False, repr=False)
+
+    def tokenizer(self) -> TextTokenizer:
+        """The model's tokenizer (built on first use).
+
+        Raises:
+            ConfigError: the checkpoint has none (a folder without ``tokenizer.json``, random
+                weights) or it cannot be built.
+        """
+        if self.tokenizer_loader is None:
+            raise ConfigError(
+                mismatch(
+                    f"model {self.name}",
+                    "a tokenizer (tokenizer.json in the folder, or a GGUF vocabulary)",
+                    "",
+                    "none; pass token ids (--prompt-ids) instead of text",
+                )
+            )
+        if self._tokenizer is None:
+            self._tokenizer = self.tokenizer_loader()
+        return self._tokenizer
+
+
+def eos_ids(value: object, what: str) -> tuple[int, ...]:
+    """``eos_token_id`` as transformers writes it (an int, a list of ints, or null) -> ids.
+
+    Raises:
+        ConfigError: anything else (``what`` names the file and key).
+    """
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in items
+    ):
+        raise ConfigError(mismatch(what, "a token id >= 0 or a list of them", "", repr(value)))
+    return tuple(dict.fromkeys(items))
