@@ -11,8 +11,9 @@ S_max = context + 128, after a one-step warm-up), then ``--steps`` decode steps 
 warm-up steps; a child reports its prefill time, median decode step and peak RSS. Hugging Face runs
 ``LlamaForCausalLM`` eager float32 with a DynamicCache, a StaticCache, and a StaticCache
 decode step under ``torch.compile`` (``--sides`` picks; compiling takes minutes, so
-``--once`` sides run in the first repeat only); ratios are to the best of them per metric.
-Cells give the median over ``--repeats`` children, with the min-max spread.
+``--once`` sides run in the first repeat only). A ratio divides by the best of them in the
+same repeat, per metric; cells give the median over ``--repeats`` (values and ratios alike)
+with the min-max spread.
 
 Targets (issue 15): interpreter decode <= 0.8x, prefill <= 1.0x, peak RSS <= 1.5x;
 reference decode <= 1.5x. Where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set (older
@@ -195,13 +196,21 @@ def _cell(values: list[float], fmt: str = "{:.1f}") -> str:
     return f"{mid} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
-def _ratio(values: list[float], best: float | None, target: float | None) -> str:
-    if not values or best is None:
+def _ratio(runs: list[dict], hf_runs: list[dict], key: str, target: float | None) -> str:
+    """Median (min-max) over repeats of ``value / best Hugging Face value of the same
+    repeat``: children of one repeat run minutes apart at most, so a machine whose load
+    drifts (2 shared cores) moves both sides of each ratio together."""
+    ratios = []
+    for r in runs:
+        hf = [h[key] for h in hf_runs if h["repeat"] == r["repeat"]]
+        if hf:
+            ratios.append(r[key] / min(hf))
+    if not ratios:
         return "-"
-    r = statistics.median(values) / best
-    spread = f" ({min(values) / best:.2f}-{max(values) / best:.2f})" if len(values) > 1 else ""
-    verdict = "" if target is None else (" ok" if r <= target else f" >{target}")
-    return f"{r:.2f}x{spread}{verdict}"
+    mid = statistics.median(ratios)
+    spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+    verdict = "" if target is None else (" ok" if mid <= target else f" >{target}")
+    return f"{mid:.2f}x{spread}{verdict}"
 
 
 def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -222,10 +231,7 @@ def report(results: dict, cases: list[tuple[int, int]], sides: list[str]) -> str
     rows = []
     for b, c in cases:
         got = {s: results.get((b, c, s), []) for s in sides}
-        best = {}
-        for k in ("decode_ms", "prefill_ms", "rss_mb"):
-            hf = [statistics.median([r[k] for r in got[s]]) for s in HF_SIDES if got.get(s)]
-            best[k] = min(hf) if hf else None
+        hf = [r for s in HF_SIDES for r in got.get(s, [])]
         for s in sides:
             target = TARGETS.get(s.split("-")[0], (None, None, None))
             vals = {k: [r[k] for r in got[s]] for k in ("decode_ms", "prefill_ms", "rss_mb")}
@@ -235,11 +241,11 @@ def report(results: dict, cases: list[tuple[int, int]], sides: list[str]) -> str
                     str(c),
                     s,
                     _cell(vals["decode_ms"]),
-                    _ratio(vals["decode_ms"], best["decode_ms"], target[0]),
+                    _ratio(got[s], hf, "decode_ms", target[0]),
                     _cell(vals["prefill_ms"], "{:.0f}"),
-                    _ratio(vals["prefill_ms"], best["prefill_ms"], target[1]),
+                    _ratio(got[s], hf, "prefill_ms", target[1]),
                     _cell(vals["rss_mb"], "{:.0f}"),
-                    _ratio(vals["rss_mb"], best["rss_mb"], target[2]),
+                    _ratio(got[s], hf, "rss_mb", target[2]),
                 )
             )
     head = ("B", "context", "side", "decode ms", "vs HF", "prefill ms", "vs HF", "RSS MB", "vs HF")
@@ -285,7 +291,7 @@ def main() -> None:
                         last = (done.stderr.strip().splitlines() or ["?"])[-1]
                         print(f"  {side} B={b} context={c}: failed ({last})", file=sys.stderr)
                         continue
-                    r = json.loads(done.stdout.strip().splitlines()[-1])
+                    r = {**json.loads(done.stdout.strip().splitlines()[-1]), "repeat": rep}
                     results.setdefault((b, c, side), []).append(r)
                     print(
                         f"  [{rep + 1}/{args.repeats}] B={b} context={c} {side}: "

@@ -93,6 +93,14 @@ def test_gemma_switches():
             {"model_type": "llama", "rope_parameters": {"rope_type": "longrope"}},
             "rope_type.*longrope",
         ),
+        (
+            {"model_type": "llama", "rope_parameters": {"partial_rotary_factor": 0.5}},
+            r"partial_rotary_factor: expected 1.0 \(llama rotates the whole head\), got 0.5",
+        ),
+        (
+            {"model_type": "qwen3", "rope_parameters": {"partial_rotary_factor": 0.25}},
+            r"partial_rotary_factor: expected 1.0 \(qwen3 rotates the whole head\), got 0.25",
+        ),
     ],
 )
 def test_switches_a_family_does_not_build_are_refused_by_name(d, named):
@@ -113,6 +121,12 @@ PHI3_LONGROPE = {
         "partial_rotary_factor": 0.5,
     },
 }
+
+
+def test_a_whole_head_factor_is_accepted_in_every_family():
+    for model_type in FAMILIES:
+        d = {**BASE, "model_type": model_type, "rope_parameters": {"partial_rotary_factor": 1.0}}
+        assert LlamaConfig.from_hf(d).partial_rotary_factor == 1.0
 
 
 def test_phi3_longrope_short_factors_and_attention_factor():

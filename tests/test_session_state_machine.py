@@ -30,6 +30,8 @@ token_id = st.one_of(
     st.sampled_from([1.0, 2.5, True]),
 )
 token_list = st.lists(token_id, min_size=0, max_size=STEP + 1)
+# Prompts up to past S_max: wider than STEP they are prefilled in chunks.
+prompt_list = st.lists(token_id, min_size=0, max_size=S_MAX + 1)
 slot_arg = st.one_of(st.integers(-1, CAPACITY), st.sampled_from([1.0, True]))
 length_arg = st.one_of(st.integers(-S_MAX - 2, S_MAX + 1), st.sampled_from([1.5, False]))
 
@@ -44,6 +46,28 @@ def is_slot(x):
 
 def is_id(x):
     return is_int(x) and 0 <= x < V
+
+
+def fits_in_chunks(before, counts):
+    """Whether feeding ``counts[k]`` tokens to slots holding ``before[k]`` fits S_MAX.
+
+    A step wider than STEP runs as chunks of STEP tokens; chunk c feeds every sequence that
+    still has tokens, one padded step per run of consecutive such slots, and a padded step
+    writes its full width at every slot of the run.
+    """
+    for offset in range(0, max(counts), STEP):
+        active = [k for k, n in enumerate(counts) if n > offset]
+        runs = [[active[0]]]
+        for k in active[1:]:
+            if k == runs[-1][-1] + 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        for run in runs:
+            width = max(min(STEP, counts[k] - offset) for k in run)
+            if max(before[k] + offset for k in run) + width > S_MAX:
+                return False
+    return True
 
 
 _FRESH = {}
@@ -95,14 +119,11 @@ class SessionMachine(RuleBasedStateMachine):
             return False
         if any(not seq or not all(is_id(t) for t in seq) for seq in seqs):
             return False
-        width = max(len(seq) for seq in seqs)
-        if width > STEP:
-            return False
-        start = 0 if from_empty else max(len(self.model[lo + k]) for k in range(len(seqs)))
-        return start + width <= S_MAX
+        before = [0 if from_empty else len(self.model[lo + k]) for k in range(len(seqs))]
+        return fits_in_chunks(before, [len(seq) for seq in seqs])
 
     # -- rules -------------------------------------------------------------------------------
-    @rule(prompts=st.lists(token_list, min_size=0, max_size=CAPACITY + 1), lo=slot_arg)
+    @rule(prompts=st.lists(prompt_list, min_size=0, max_size=CAPACITY + 1), lo=slot_arg)
     def prefill(self, prompts, lo):
         def effect():
             for k, p in enumerate(prompts):

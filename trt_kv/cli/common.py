@@ -4,7 +4,7 @@ built), and plain-text tables. Nothing heavy is imported at module level."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,3 +125,13 @@ def table(head: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``."""
+    if not args.emulate_gpu:
+        return run(args)
+    from trt_kv.emulator import emulated_gpu
+
+    with emulated_gpu():
+        return run(args)

@@ -247,12 +247,7 @@ def generate_and_print(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.emulate_gpu:
-        from trt_kv.emulator import emulated_gpu
-
-        with emulated_gpu():
-            return _run(args)
-    return _run(args)
+    return common.run_on_device(args, _run)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -199,6 +199,19 @@ class LlamaConfig:
             _positive_int(key, d[key])
         switches = family_switches(d, d["num_hidden_layers"])
         theta, scaling, partial = _rope(d)
+        model_type = switches["model_type"]
+        if partial != 1.0 and "partial_rotary_factor" not in family_of(model_type).keys:
+            # transformers' default RoPE for these families rotates the whole head whatever
+            # the factor says; building a partial rotation would differ from it, and
+            # ignoring the key would hide a config that may mean it: refuse.
+            raise ConfigError(
+                mismatch(
+                    "config.partial_rotary_factor",
+                    f"1.0 ({model_type} rotates the whole head)",
+                    "",
+                    partial,
+                )
+            )
         heads = d["num_attention_heads"]
         kv_heads, head_dim = d.get("num_key_value_heads"), d.get("head_dim")
         return cls(
