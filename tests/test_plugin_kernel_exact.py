@@ -260,3 +260,61 @@ def test_plugin_engine_equals_native_layer_engine_equals_reference(gpu, dtype, i
     expected = kv_cache_update(*case)
     for method in ("layer", "plugin"):
         assert_bits_equal(gpu.run_engine(build_update_engine(method, *case), *case), expected)
+
+
+def _descs(*arrays):
+    """``trt.PluginTensorDesc`` of each array, as TensorRT hands them to ``enqueue``."""
+    out = []
+    for a in arrays:
+        d = trt.PluginTensorDesc()
+        d.type, d.format, d.dims = (
+            dtypes.to_trt(a.dtype),
+            trt.TensorFormat.LINEAR,
+            trt.Dims(a.shape),
+        )
+        out.append(d)
+    return out
+
+
+@pytest.mark.gpu(tensorrt=False)
+@pytest.mark.parametrize(("form", "lengths_dtype"), FORMS)
+def test_plugin_enqueue_in_place_matches_the_reference(gpu, form, lengths_dtype):
+    """The plugin's ``enqueue`` as TensorRT calls it with aliased I/O: output 0 is input 0."""
+    from trt_kv.plugin import KvCacheUpdatePlugin
+
+    rng = np.random.default_rng(zlib.crc32(f"enqueue{form}{lengths_dtype}".encode()))
+    case = make_case(rng, "float16", "int64", lengths_dtype)
+    arrays = [a for a in case[1:] if a is not None]
+    descs = _descs(case[0], *arrays)
+    plugin = KvCacheUpdatePlugin(form)
+    out = gpu._run(case[0], arrays, lambda p: plugin.enqueue(descs, descs[:1], p, [p[0]], 0, 0))
+    assert_bits_equal(out, kv_cache_update(*case))
+
+
+@pytest.mark.gpu(tensorrt=False)
+def test_plugin_enqueue_copies_the_cache_when_output_is_another_buffer(gpu):
+    """Without aliased I/O TensorRT gives output 0 its own buffer: ``enqueue`` copies the cache
+    there first, then writes the update; the input cache keeps its bytes."""
+    from trt_kv.plugin import KvCacheUpdatePlugin
+
+    rng = np.random.default_rng(11)
+    case = make_case(rng, "bfloat16", "int32", None)
+    arrays = [a for a in case[1:] if a is not None]
+    descs = _descs(case[0], *arrays)
+    junk = random_bits(rng, case[0].shape, "bfloat16")
+    result = {}
+
+    def execute(pointers):
+        out = gpu._upload(junk)
+        try:
+            KvCacheUpdatePlugin("padded").enqueue(descs, descs[:1], pointers, [int(out)], 0, 0)
+            launch.check(gpu.driver.cuCtxSynchronize(), "cuCtxSynchronize")
+            host = np.empty_like(junk)
+            launch.check(gpu.driver.cuMemcpyDtoH(host.ctypes.data, out, host.nbytes), "DtoH")
+            result["out"] = host
+        finally:
+            gpu.driver.cuMemFree(out)
+
+    cache_after = gpu._run(case[0], arrays, execute)
+    assert_bits_equal(result["out"], kv_cache_update(*case))
+    assert_bits_equal(cache_after, case[0])
