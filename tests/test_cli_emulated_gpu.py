@@ -1,5 +1,6 @@
 """``trt-kv generate/demo --emulate-gpu``: the GPU backends on the emulated device reproduce
-the reference ids (tiny checkpoint in every dtype; the default model once)."""
+the reference ids (tiny checkpoint in every dtype; the default model in float32 against the
+reference, in float16 and bfloat16 against the interpreter on the same network)."""
 
 import pytest
 from test_cli import run_json
@@ -58,3 +59,15 @@ def test_emulate_gpu_with_a_cpu_backend_is_refused(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("trt-kv: error: --emulate-gpu: expected --backend tensorrt or ")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_default_model_in_half_precision_on_the_emulated_gpu(tmp_path, capsys, dtype):
+    # Expected: the interpreter's ids on the same half-precision network (the float32
+    # reference may pick other tokens at near ties once weights and activations are rounded).
+    ask = ["--model", "default", "--prompt-ids", "1,2,3", "--max-new-tokens", "2"]
+    ask += ["--max-seq-len", "32", "--max-batch", "2", "--max-step-tokens", "4", "--dtype", dtype]
+    expected = run_json(capsys, *ask, "--backend", "interpreter")["ids"]
+    for name, flags in GPU_RUNS.items():
+        out = run_json(capsys, *ask, *flags, "--out", str(tmp_path), "--emulate-gpu")
+        assert (name, out["ids"], out["emulated_gpu"]) == (name, expected, True)
