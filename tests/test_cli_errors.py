@@ -119,10 +119,33 @@ def test_step_wider_than_the_cache_is_refused(capsys):
             ["--backend", "reference", "--engine", "e.engine"],
             "--engine: expected --backend tensorrt or polygraphy, got reference",
         ),
+        (
+            ["--backend", "reference", "--dtype", "float16"],
+            "--dtype: expected float32 or none with --backend reference (it computes in "
+            "float32), got float16",
+        ),
+        (
+            ["--backend", "reference", "--dtype", "bfloat16"],
+            "--dtype: expected float32 or none with --backend reference (it computes in "
+            "float32), got bfloat16",
+        ),
     ],
 )
 def test_options_the_backend_would_ignore_are_refused(capsys, argv, message):
     assert error_of(capsys, "generate", *argv) == message
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpreter"])
+def test_max_batch_is_the_capacity_on_cpu_backends_too(tiny_model, backend):
+    from trt_kv.cli import generate, make_parser
+    from trt_kv.examples import load_model
+
+    args = make_parser().parse_args(
+        ["generate", "--model", str(tiny_model), "--backend", backend, "--max-batch", "3"]
+    )
+    model = load_model(str(tiny_model))
+    made = generate.make_backend(args, model.name, model.config, model.weights, 1)
+    assert made.storage.capacity == 3
 
 
 def test_bench_refuses_cuda_graph_on_a_cpu_backend_and_zero_sizes(capsys):

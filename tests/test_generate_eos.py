@@ -4,6 +4,7 @@ token kept) and its streaming callback (every token, in order, as it is chosen).
 import pytest
 from tiny_models import TINY_GQA
 
+from trt_kv.errors import ArgumentError
 from trt_kv.models.llama import random_weights
 from trt_kv.runtime import ReferenceBackend, Session, generate
 
@@ -50,3 +51,11 @@ def test_on_token_sees_every_token_in_order(free_run):
     assert [t for k, t in seen if k == 1] == got[1]
     steps = [seen[i : i + 2] for i in range(0, len(seen), 2)]
     assert all([k for k, _ in pair] == [0, 1] for pair in steps)  # one token each per step
+
+
+@pytest.mark.parametrize("eos", [-1, TINY_GQA.vocab_size, [2, TINY_GQA.vocab_size + 5], 1.0, True])
+def test_eos_ids_outside_the_vocabulary_are_refused_before_anything_runs(eos):
+    session = _session()
+    with pytest.raises(ArgumentError, match=r"eos_ids: expected token ids in \[0, "):
+        generate(session, PROMPTS, 10, eos_ids=eos)
+    assert session.state.lengths.tolist() == [0, 0]

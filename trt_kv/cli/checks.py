@@ -122,13 +122,23 @@ def check_prompt_lengths(
 
 def check_backend_options(args: argparse.Namespace, backend: str, note: str = "") -> None:
     """ArgumentError for an option given that ``backend`` would ignore (``--cuda-graph``,
-    ``--engine`` on a CPU backend)."""
+    ``--engine`` on a CPU backend; a ``--dtype`` other than float32 on the reference)."""
     for dest, backends in BACKEND_ONLY.items():
         if getattr(args, dest, None) and backend not in backends:
             flag = "--" + dest.replace("_", "-")
             raise ArgumentError(
                 mismatch(flag, "--backend", " or ".join(backends), f"{backend}{note}")
             )
+    dtype = getattr(args, "dtype", None)
+    if backend == "reference" and dtype not in (None, "float32"):
+        raise ArgumentError(
+            mismatch(
+                "--dtype",
+                "float32 or none with --backend reference (it computes in",
+                "float32)",
+                dtype,
+            )
+        )
 
 
 def check_model(args: argparse.Namespace) -> None:

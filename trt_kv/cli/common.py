@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from trt_kv.jobs import BuildOptions, BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
+DEFAULT_DTYPE = "float16"  # engines and the interpreter (jobs.BuildOptions' default too)
 # trt_kv.engine_file.ENGINES_DIR, without importing NumPy and TensorRT to print --help.
 ENGINES_DIR = Path(__file__).resolve().parent.parent.parent / "engines"
 
@@ -23,7 +24,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     replaces the help of some (by dest) for a subcommand that reads them its own way."""
     text = {
         "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder or a .gguf file",
-        "dtype": "weights and activations",
+        "dtype": f"weights and activations (default: {DEFAULT_DTYPE}; the reference backend "
+        "computes in float32 only)",
         "max_seq_len": "S_max of every cache",
         "max_batch": "most sequences per step",
         "max_step_tokens": "longest prompt per step (None: min(64, max-seq-len))",
@@ -34,7 +36,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         **(helps or {}),
     }
     p.add_argument("--model", default="default", help=text["model"])
-    p.add_argument("--dtype", default="float16", choices=DTYPES, help=text["dtype"])
+    p.add_argument("--dtype", default=None, choices=DTYPES, help=text["dtype"])
     p.add_argument("--max-seq-len", type=integer(1), default=256, help=text["max_seq_len"])
     p.add_argument("--max-batch", type=integer(1), default=8, help=text["max_batch"])
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])

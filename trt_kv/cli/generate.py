@@ -126,9 +126,11 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
 def make_backend(
     args: argparse.Namespace, name: str, config: object, weights: object, batch: int
 ) -> object:
-    """The backend ``args.backend`` for this model (building what it needs)."""
+    """The backend ``args.backend`` for this model (building what it needs), with room for
+    ``max(batch, --max-batch)`` sequences on every backend."""
     from trt_kv.runtime.cuda import require_gpu
 
+    batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
     if args.backend == "reference":
         from trt_kv.runtime.reference_backend import ReferenceBackend
@@ -150,7 +152,7 @@ def make_backend(
             max_seq_len=args.max_seq_len,
             max_batch=batch,
             max_step_tokens=step_tokens,
-            dtype=args.dtype,
+            dtype=args.dtype or common.DEFAULT_DTYPE,
             routes=args.routes,
         )
         return InterpreterBackend(net)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv.errors import CacheOverflowError, ShapeError, check_int, mismatch
+from trt_kv.errors import ArgumentError, CacheOverflowError, ShapeError, check_int, mismatch
 from trt_kv.progress import bar
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
@@ -41,7 +41,8 @@ def generate(
     ``k`` as soon as it is chosen (streaming).
 
     Raises:
-        ArgumentError: ``max_new_tokens`` not an integer >= 1.
+        ArgumentError: ``max_new_tokens`` not an integer >= 1; an ``eos_ids`` entry that is
+            not a token id in ``[0, V)``.
         CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
             fit in ``S_max``.
         Everything :meth:`Session.prefill` raises, before any slot changes.
@@ -50,7 +51,12 @@ def generate(
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
         raise ShapeError(mismatch("prompts", "a list of token-id lists", "", repr(prompts)))
     sampler = sampler or Sampler()
-    stop = frozenset([eos_ids] if isinstance(eos_ids, int) else eos_ids or ())
+    one = isinstance(eos_ids, (str, bytes)) or not isinstance(eos_ids, Iterable)
+    stop = frozenset([eos_ids] if one and eos_ids is not None else eos_ids or ())
+    vocab = session.backend.vocab_size
+    for t in stop:  # an id no logits row can produce would never stop anything
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab:
+            raise ArgumentError(mismatch("eos_ids", f"token ids in [0, {vocab})", "", repr(t)))
     s_max = session.state.max_seq_len
     for k, p in enumerate(prompts):
         if not hasattr(p, "__len__"):
