@@ -332,9 +332,12 @@ def test_output_name_held_by_an_inner_tensor_is_refused_by_its_real_name():
     _, net, cache, update, idx = _padded()
     inner = net.add_identity(update).get_output(0)
     inner.name = "taken"
-    with pytest.raises(NetworkError, match="output_name: expected a name no other tensor has"):
-        add_kv_cache_update(net, cache, update, idx, output_name="taken")
-    assert _io(net)[1] == []  # nothing marked: no alias names a missing tensor
+    _raises(
+        NetworkError,
+        "output_name: expected a name no other tensor has, got taken",
+        lambda: add_kv_cache_update(net, cache, update, idx, output_name="taken"),
+        net,
+    )  # nothing added, nothing marked: no alias names a missing tensor
 
 
 def test_alias_names_the_real_tensors():

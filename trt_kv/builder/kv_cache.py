@@ -243,6 +243,15 @@ def io_names(network: object) -> set[str]:
     return outputs | set(input_names(network))
 
 
+def layer_output_names(network: object) -> set[str]:
+    """Names of every layer output (intermediate tensors and marked outputs)."""
+    names = set()
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        names.update(layer.get_output(j).name for j in range(layer.num_outputs))
+    return names
+
+
 def add_kv_cache_update(
     network: object,
     cache: object,
@@ -271,8 +280,8 @@ def add_kv_cache_update(
 
     Raises:
         ArgumentError: unknown ``method``; ``output_name`` empty.
-        NetworkError: ``output_name`` is already a network input or output (checked before
-            anything is added), or TensorRT refused the name (another tensor holds it).
+        NetworkError: ``output_name`` is already the name of a network input or output, or
+            of an intermediate tensor (all checked before anything is added).
         ShapeError, DTypeError: see :func:`validate_cache_update`.
     """
     if method not in METHODS:
@@ -285,6 +294,8 @@ def add_kv_cache_update(
         raise NetworkError(
             mismatch("output_name", "a name no network input or output has", "", output_name)
         )
+    if output_name in layer_output_names(network):  # one scan of the layers, ~ms
+        raise NetworkError(mismatch("output_name", "a name no other tensor has", "", output_name))
     if method == "auto":
         method = "layer" if FEATURES.kv_cache_update_layer else "plugin"
     if method == "layer" and not FEATURES.kv_cache_update_layer:
@@ -310,8 +321,6 @@ def add_kv_cache_update(
         layer.name = f"kv_cache_update:{output_name}"
         out = layer.get_output(0)
     out.name = output_name
-    if out.name != output_name:  # another (intermediate) tensor holds the name
-        raise NetworkError(mismatch("output_name", "a name no other tensor has", "", output_name))
     network.mark_output(out)
     alias = CacheAlias(cache.name, out.name, _dims(cache), dtypes.name_of(cache.dtype))
     return CacheUpdate(out, alias)
