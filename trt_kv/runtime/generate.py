@@ -10,6 +10,7 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, CacheOverflowError, ShapeError, check_int, mismatch
 from trt_kv.progress import bar
+from trt_kv.runtime.cache_state import check_token_ids
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
 
@@ -54,9 +55,11 @@ def generate(
     one = isinstance(eos_ids, (str, bytes)) or not isinstance(eos_ids, Iterable)
     stop = frozenset([eos_ids] if one and eos_ids is not None else eos_ids or ())
     vocab = session.backend.vocab_size
-    for t in stop:  # an id no logits row can produce would never stop anything
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab:
+    for t in stop:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
             raise ArgumentError(mismatch("eos_ids", f"token ids in [0, {vocab})", "", repr(t)))
+    if stop:  # an id no logits row can produce would never stop anything
+        check_token_ids("eos_ids", np.fromiter(stop, np.int64, len(stop)), vocab)
     s_max = session.state.max_seq_len
     for k, p in enumerate(prompts):
         if not hasattr(p, "__len__"):
