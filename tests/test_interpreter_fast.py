@@ -141,3 +141,21 @@ def test_intermediates_are_dropped_after_their_last_reader():
     tracemalloc.stop()
     np.testing.assert_allclose(out, feed["x"] + sum(1.0 + i for i in range(24)), rtol=1e-6)
     assert peak < 5 * 2**20, f"peak {peak / 2**20:.1f} MiB for 1 MiB tensors"
+
+
+def test_wide_head_read_transposed_fast_and_plain_agree():
+    """``x [8, 512] @ W^T`` with W ``[2048, 512]`` stored as is (an embedding tied to the
+    head): the fast plan runs it as ``(W x^T)^T``; same values within float32 rounding."""
+    net = Net()
+    x = net.input("x", "float32", (-1, 512))
+    w = rand(2048, 512, seed=7)
+    product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+    net.mark(product.get_output(0))
+    feed = {"x": rand(8, 512, seed=8)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    expected = feed["x"].astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(feed["x"]) @ np.abs(w.T)  # float32 rounding is relative to this sum
+    assert (np.abs(fast - expected) <= 1e-6 * scale).all()
+    assert (np.abs(fast - plain) <= 1e-6 * scale).all()

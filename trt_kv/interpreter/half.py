@@ -6,7 +6,8 @@ decode step after the matrix products. These give bit-for-bit the results of
 ``x.astype(np.float16).astype(np.float32)`` and ``h.astype(np.float32)`` (tested on every
 float16 value and on every boundary of the float32 ranges), at a fraction of the time:
 
-- :func:`widen`: a lookup in a 65536-entry table that NumPy's own cast filled;
+- :func:`widen`: the float16 bits moved into float32 position and rescaled by 2^112 (exact);
+  infinity and NaN take NumPy's cast;
 - :func:`round_float16`: round-to-nearest-even on the float32 bits (drop 13 mantissa bits)
   where the result is a normal float16; elements outside that range (subnormal results,
   overflow to infinity, NaN) take NumPy's cast itself, so their bits match by construction.
@@ -17,9 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
-# float32 value of every float16 bit pattern, by NumPy's own cast (NaN payloads included)
-_WIDEN = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-_WIDEN.flags.writeable = False
+# float16 bits shifted left by 13: the sign lands on bit 28, exponent and mantissa on 13..27
+_SIGN_AT_28 = np.uint32(1 << 28)
+_MAGNITUDE_AT_13 = np.uint32(0x7FFF << 13)
+_REBIAS = np.float32(2.0**112)  # 2^(127 - 15)
+_EXPONENT16 = np.uint16(0x7C00)  # all ones: infinity or NaN
 # |x| bit patterns whose nearest float16 is a normal number: [2^-14, 65520)
 _NORMAL_LO = np.uint32(0x38800000)  # 2^-14, the smallest normal float16
 _NORMAL_SPAN = np.uint32(0x477FF000 - 0x38800000)  # 65520 = 65504 + half an ulp: rounds to inf
@@ -30,7 +33,18 @@ _HALF_ULP = np.uint32(0xFFF)
 
 def widen(h: np.ndarray) -> np.ndarray:
     """``h.astype(np.float32)`` for a float16 array ``h`` (any shape, any strides)."""
-    return np.take(_WIDEN, h.view(np.uint16))
+    bits = h.view(np.uint16)
+    out = np.left_shift(bits, 13, dtype=np.uint32)  # sign at bit 28, exponent and mantissa below
+    sign = np.bitwise_and(out, _SIGN_AT_28)
+    out &= _MAGNITUDE_AT_13
+    widened = out.view(np.float32)
+    widened *= _REBIAS  # exponent bias 15 -> 127, exact; subnormals become normal
+    sign <<= 3
+    out |= sign
+    inf_or_nan = np.bitwise_and(bits, _EXPONENT16) == _EXPONENT16
+    if inf_or_nan.any():
+        widened[inf_or_nan] = h[inf_or_nan].astype(np.float32)
+    return widened
 
 
 def round_float16(x: np.ndarray) -> np.ndarray:
