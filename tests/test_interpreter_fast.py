@@ -159,3 +159,27 @@ def test_wide_head_read_transposed_fast_and_plain_agree():
     scale = np.abs(feed["x"]) @ np.abs(w.T)  # float32 rounding is relative to this sum
     assert (np.abs(fast - expected) <= 1e-6 * scale).all()
     assert (np.abs(fast - plain) <= 1e-6 * scale).all()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_tied_embedding_gathered_and_read_transposed_fast_and_plain_agree(rows):
+    """A vocabulary-sized table ``[32768, 512]`` gathered by token and tied to the head: the
+    fast plan keeps it as is for the gather and wide products, and a transposed copy for
+    one-row products; gathered rows are exact, logits agree within float32 rounding."""
+    net = Net()
+    ids = net.input("ids", "int32", (-1,))
+    table = net.const(rand(32768, 512, seed=9))
+    x = net.network.add_gather(table, ids, 0).get_output(0)  # [rows, 512]
+    net.mark(x, "rows")
+    head = net.network.add_matrix_multiply(x, M.NONE, table, M.TRANSPOSE)
+    net.mark(head.get_output(0), "logits")
+    feed = {"ids": np.arange(5, 5 + 7 * rows, 7, dtype=np.int32)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)
+    plain = compile_network(net.network, fast=False).run(feed)
+    w = rand(32768, 512, seed=9)
+    np.testing.assert_array_equal(fast["rows"], w[feed["ids"]])
+    scale = np.abs(w[feed["ids"]]) @ np.abs(w.T)
+    assert (np.abs(fast["logits"] - plain["logits"]) <= 1e-6 * scale).all()
+    expected = w[feed["ids"]].astype(np.float64) @ w.T.astype(np.float64)
+    assert (np.abs(fast["logits"] - expected) <= 1e-6 * scale).all()
