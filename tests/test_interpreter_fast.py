@@ -183,3 +183,26 @@ def test_tied_embedding_gathered_and_read_transposed_fast_and_plain_agree(rows):
     assert (np.abs(fast["logits"] - plain["logits"]) <= 1e-6 * scale).all()
     expected = w[feed["ids"]].astype(np.float64) @ w.T.astype(np.float64)
     assert (np.abs(fast["logits"] - expected) <= 1e-6 * scale).all()
+
+
+def test_float16_moves_and_pointwise_layers_fast_and_plain_agree_bit_for_bit():
+    """``x * a + b`` then a transpose, a gather and a concatenation in float16, on 64 x 96
+    elements (the bit recipes' sizes): the fast plan rounds on the bits and skips rounding
+    the moves, whose elements are already float16; the plain plan casts every tensor."""
+    net = Net()
+    x = net.input("x", "float16", (64, 96))
+    a, b = net.const(rand(64, 96, seed=10, dtype="float16")), net.const(rand(1, 96, seed=11))
+    ax = net.network.add_elementwise(x, a, E.PROD).get_output(0)
+    b16 = net.network.add_cast(b, trt.float16).get_output(0)
+    y = net.network.add_elementwise(ax, b16, E.SUM).get_output(0)
+    shuffle = net.network.add_shuffle(y)
+    shuffle.first_transpose = (1, 0)
+    rows = net.const(np.array([3, 0, 95, 3], np.int32), "int32")
+    picked = net.network.add_gather(shuffle.get_output(0), rows, 0).get_output(0)  # [4, 64]
+    net.mark(net.network.add_concatenation([picked, picked]).get_output(0))
+    feed = {"x": rand(64, 96, seed=12, dtype="float16") * np.float16(300)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    assert fast.dtype == np.float16 and fast.shape == (8, 64)
+    np.testing.assert_array_equal(fast.view(np.uint16), plain.view(np.uint16))

@@ -166,12 +166,15 @@ class Plan:
         kind = type_name(layer)
         kernel = compile_layer(layer, compute, self.fast)
         inputs = []
+        float_inputs = set()  # declared dtypes of the float inputs
         for j in range(layer.num_inputs):
             t = layer.get_input(j)
             if t is None:
                 inputs.append((None, False))
             else:
-                cast = is_float(_declared(t, layer.name, kind)) and j not in kernel.raw_inputs
+                declared = _declared(t, layer.name, kind)
+                float_inputs |= {declared} if is_float(declared) else set()
+                cast = is_float(declared) and j not in kernel.raw_inputs
                 inputs.append((t.name, cast and t.name in self._as_stored))
         outputs = []
         for j in range(layer.num_outputs):
@@ -182,6 +185,9 @@ class Plan:
                 outputs.append((t.name, _identity))
             elif kernel.rounded:
                 self._as_stored.add(t.name)
+                outputs.append((t.name, _identity))
+            elif self.fast and kernel.moves and float_inputs == {_declared(t, layer.name, kind)}:
+                # elements of inputs rounded to this very dtype: rounding again changes nothing
                 outputs.append((t.name, _identity))
             else:
                 declared = _declared(t, layer.name, kind)
@@ -263,6 +269,11 @@ def _identity(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _holds(constant: np.ndarray | None, compute: np.dtype) -> bool:
+    """True for a constant already in the compute dtype (or not float): no cast to check."""
+    return constant is not None and (constant.dtype == compute or not is_float(constant.dtype))
+
+
 class _SlotProgram:
     """The fast plan's loop: tensors live in a list indexed by slot, constants are filled in
     once (their layers ran at compile time: a constant's value is all it computes), identity
@@ -292,7 +303,11 @@ class _SlotProgram:
                 (
                     k.fn,
                     tuple(slot[name] for name, _ in step.inputs),
-                    tuple(j for j, (_, cast) in enumerate(step.inputs) if cast),
+                    tuple(
+                        j
+                        for j, (name, cast) in enumerate(step.inputs)
+                        if cast and not _holds(template[slot[name]], compute)
+                    ),
                     tuple(
                         (slot[name], None if finish is _identity else finish)
                         for name, finish in step.outputs
