@@ -66,9 +66,9 @@ def round_float16(x: np.ndarray) -> np.ndarray:
     out &= _KEEP
     magnitude = np.bitwise_and(u, _ABS)
     magnitude -= _NORMAL_LO  # wraps below 2^-14: one unsigned compare tests both ends
-    special = magnitude >= _NORMAL_SPAN
     rounded = out.view(np.float32)
-    if special.any():
+    if magnitude.max() >= _NORMAL_SPAN:  # some element is not rounded to a normal float16
+        special = magnitude >= _NORMAL_SPAN
         with np.errstate(over="ignore"):  # overflow to inf is the rounding asked for
             rounded[special] = x[special].astype(np.float16).astype(np.float32)
     return rounded
