@@ -11,6 +11,7 @@ a few ulps, from BLAS summation order), and NaN in unwritten cache rows stays ou
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from trt_kv._trt import trt
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.builder.routes import Routes
 from trt_kv.interpreter import compile_network
+from trt_kv.models.family import FULL, SLIDING
 from trt_kv.models.llama import build_llama_network, random_weights
 
 S_MAX = 24
@@ -48,22 +50,27 @@ STEPS = [
 ]
 
 
-ROUTES = {
-    "mask_only": Routes(),  # attention bounded by the causal mask alone
-    "key_value_lengths": Routes(key_value_lengths=True),
-    "primitive": Routes(attention="primitive"),  # matrix multiplies and softmax layers
+# A window of 3 on layer 0 (layer 1 full): the steps below move keys out of it.
+WINDOWED = replace(TINY_GQA, sliding_window=3, layer_types=(SLIDING, FULL))
+ROUTES = {  # name -> (config, routes)
+    "mask_only": (TINY_GQA, Routes()),  # attention bounded by the causal mask alone
+    "key_value_lengths": (TINY_GQA, Routes(key_value_lengths=True)),
+    "primitive": (TINY_GQA, Routes(attention="primitive")),  # matmuls and softmax layers
+    "rope_elementwise": (TINY_GQA, Routes(rope="elementwise")),  # gather + pointwise RoPE
+    "sliding_window": (WINDOWED, Routes()),
+    "sliding_window_primitive": (WINDOWED, Routes(attention="primitive")),
 }
 
 
-@pytest.mark.parametrize("routes", list(ROUTES.values()), ids=list(ROUTES))
+@pytest.mark.parametrize(("config", "routes"), list(ROUTES.values()), ids=list(ROUTES))
 @pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
-def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, routes):
+def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, config, routes):
     """float32: a few ulps (BLAS summation order). float16 networks round every tensor, so a
     last-bit float32 difference before a rounding can move that tensor by one float16 ulp
     (~1e-3 relative): the tolerance allows a few of them."""
     net = build_llama_network(
-        TINY_GQA,
-        random_weights(TINY_GQA, seed=5),
+        config,
+        random_weights(config, seed=5),
         max_seq_len=S_MAX,
         max_batch=2,
         max_step_tokens=4,
