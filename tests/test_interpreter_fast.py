@@ -213,3 +213,41 @@ def test_float16_moves_and_pointwise_layers_fast_and_plain_agree_bit_for_bit():
     plain = compile_network(net.network, fast=False).run(feed)["out"]
     assert fast.dtype == np.float16 and fast.shape == (8, 64)
     np.testing.assert_array_equal(fast.view(np.uint16), plain.view(np.uint16))
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
+def test_one_sequence_decode_fast_and_plain_agree(dtype, rtol):
+    """Batch 1: decode steps have one row, so the fast plan runs each block's Q/K/V and
+    gate/up products as one product against their joined matrices (and the head on its
+    transposed copy when large). Logits and every written cache row agree with the plain
+    plan within the compute dtype's rounding, as in the batched test above."""
+    net = build_llama_network(
+        TINY_GQA,
+        random_weights(TINY_GQA, seed=6),
+        max_seq_len=S_MAX,
+        max_batch=1,
+        max_step_tokens=4,
+        dtype=dtype,
+    )
+    plans = {
+        "fast": compile_network(net.network),
+        "plain": compile_network(net.network, fast=False),
+    }
+    caches = {kind: {k: v[:1].copy() for k, v in _caches(dtype).items()} for kind in plans}
+    steps = [([[3, 5, 7]], [[0, 1, 2]], [0], [2])] + [([[t]], [[t]], [t], [0]) for t in (3, 4, 5)]
+    for ids, positions, write, rows in steps:
+        logits = {}
+        for kind, plan in plans.items():
+            feed = {
+                **caches[kind],
+                "input_ids": np.array(ids, np.int32),
+                "position_ids": np.array(positions, np.int64),
+                "write_indices": np.array(write, np.int32),
+                "last_token_rows": np.array(rows, np.int32),
+            }
+            logits[kind] = plan.run(feed)["logits"]
+        scale = float(np.abs(logits["plain"]).max())
+        np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)
+    for name in caches["fast"]:
+        fast, plain = caches["fast"][name][:, :, :6], caches["plain"][name][:, :, :6]
+        np.testing.assert_allclose(fast, plain, rtol=rtol, atol=rtol)

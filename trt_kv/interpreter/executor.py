@@ -25,6 +25,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
 from trt_kv.interpreter.half import round_float16, widen_to
+from trt_kv.interpreter.layout import fuse_one_row_products, relayout_transposed_constants
 from trt_kv.interpreter.registry import Kernel, compile_layer, is_float, type_name
 
 Precision = Literal["float32", "float64"]
@@ -143,7 +144,8 @@ class Plan:
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
-            _relayout_transposed_constants(steps)
+            relayout_transposed_constants(steps)
+            fuse_one_row_products(steps)
         self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
         if fast:
             self._slots = _SlotProgram(self._steps, self.input_names, self.output_names, compute)
@@ -355,62 +357,6 @@ def _with_frees(steps: list[_Step], kept: set[str]) -> list[_Step]:
         if name not in kept:
             free[i].append(name)
     return [replace(step, free=tuple(f)) for step, f in zip(steps, free)]
-
-
-def _relayout_transposed_constants(steps: list[_Step]) -> None:
-    """Store each constant that every reader reads transposed (``Kernel.transposed_inputs``)
-    with its last two axes transposed in memory: the same values, one copy, and the
-    transpose the kernels take is C-contiguous (BLAS's fast non-transposed path). A constant
-    also read as is (an embedding table gathered and tied to the head) keeps its layout, and
-    when large, its transposed copy serves one-row products only (see :func:`_one_row_copy`).
-    Replaces the steps in place, so each old array is freed as soon as its copy exists."""
-    constants = {
-        step.outputs[0][0]: i
-        for i, step in enumerate(steps)
-        if step.kernel.rounded and not step.inputs and len(step.outputs) == 1
-    }
-    transposed: set[str] = set()
-    plain: set[str] = set()
-    for step in steps:
-        for j, (name, _) in enumerate(step.inputs):
-            (transposed if j in step.kernel.transposed_inputs else plain).add(name)
-    for name in transposed & set(constants):
-        i = constants[name]
-        value = steps[i].kernel.fn(())
-        if value.ndim < 2 or np.swapaxes(value, -1, -2).flags.c_contiguous:
-            continue
-        if name in plain and value.size < _ONE_ROW_COPY_MIN:
-            continue
-        stored = np.swapaxes(np.ascontiguousarray(np.swapaxes(value, -1, -2)), -1, -2)
-        stored.flags.writeable = False
-        if name in plain:
-            for k, step in enumerate(steps):
-                reads = [j for j, (n, _) in enumerate(step.inputs) if n == name]
-                if reads == [1] and 1 in step.kernel.transposed_inputs:
-                    fn = _one_row_copy(step.kernel.fn, stored)
-                    steps[k] = replace(step, kernel=replace(step.kernel, fn=fn))
-            continue
-        kernel = replace(steps[i].kernel, fn=lambda x, v=stored: v)
-        steps[i] = replace(steps[i], kernel=kernel)
-        del value, stored, kernel
-
-
-_ONE_ROW_COPY_MIN = 1 << 24  # elements (64 MiB in float32): a vocabulary-sized tied head
-
-
-def _one_row_copy(fn: Callable, stored: np.ndarray) -> Callable:
-    """``fn`` (a matrix multiply reading its input 1 transposed) run on ``stored``, the same
-    values transposed in memory, when input 0 has one row: BLAS's matrix-vector product is
-    ~1.8x faster on that layout. Wider products keep the original layout, where BLAS is
-    faster for them (``(W x^T)^T``)."""
-
-    def run(x: list) -> np.ndarray:
-        a = x[0]
-        if a.ndim >= 2 and a.size == a.shape[-1]:
-            return fn([a, stored, *x[2:]])
-        return fn(x)
-
-    return run
 
 
 def compile_network(

@@ -59,7 +59,8 @@ def matrix_multiply(layer: object, ctx: Context) -> Kernel:
         return np.matmul(a, b)
 
     transposed = {j for j, op in enumerate((op0, op1)) if op == _M.TRANSPOSE}
-    return Kernel(run, transposed_inputs=frozenset(transposed))
+    linear = op0 == _M.NONE and op1 == _M.TRANSPOSE
+    return Kernel(run, transposed_inputs=frozenset(transposed), linear=linear)
 
 
 _REDUCE = {

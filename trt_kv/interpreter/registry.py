@@ -38,6 +38,9 @@ class Kernel:
     ``transposed_inputs`` lists inputs the kernel reads transposed in their last two axes (a
     matrix multiply's TRANSPOSE operand): a fast plan stores a constant feeding one so that its
     transpose is C-contiguous (same values, a layout BLAS reads without striding).
+    ``linear`` says the layer is ``input0 @ input1^T`` over the last two axes (a matrix
+    multiply with ops NONE, TRANSPOSE), which a fast plan may run together with the other
+    products of the same input 0 (see :mod:`trt_kv.interpreter.layout`).
     """
 
     fn: KernelFn
@@ -45,6 +48,7 @@ class Kernel:
     aliases: dict[int, int] = field(default_factory=dict)
     rounded: bool = False
     moves: bool = False
+    linear: bool = False
     transposed_inputs: frozenset[int] = field(default_factory=frozenset)
 
 
