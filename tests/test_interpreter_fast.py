@@ -68,21 +68,39 @@ def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, config
     """float32: a few ulps (BLAS summation order). float16 networks round every tensor, so a
     last-bit float32 difference before a rounding can move that tensor by one float16 ulp
     (~1e-3 relative): the tolerance allows a few of them."""
-    net = build_llama_network(
+    caches = _run_fast_and_plain(_network(config, dtype, 2, routes), dtype, rtol, STEPS)
+    final = np.array(STEPS[-1][3])
+    for name in caches["fast"]:
+        fast, plain = caches["fast"][name], caches["plain"][name]
+        for b, n in enumerate(final):
+            assert np.isnan(fast[b, :, n:]).all() and np.isnan(plain[b, :, n:]).all()
+            np.testing.assert_allclose(fast[b, :, :n], plain[b, :, :n], rtol=rtol, atol=rtol)
+
+
+def _network(config: object, dtype: str, batch: int, routes: Routes | None = None) -> object:
+    """The tiny Llama network (S_max 24, steps of up to 4 tokens, seeded weights)."""
+    return build_llama_network(
         config,
         random_weights(config, seed=5),
         max_seq_len=S_MAX,
-        max_batch=2,
+        max_batch=batch,
         max_step_tokens=4,
         dtype=dtype,
         routes=routes,
     )
+
+
+def _run_fast_and_plain(net: object, dtype: str, rtol: float, steps: list) -> dict:
+    """Run ``steps`` (ids, positions, write indices, lengths, last-token rows) on a fast and a
+    plain plan of ``net``, each on its own NaN-filled caches; assert finite logits that agree
+    within ``rtol`` of their scale; return the caches by plan kind."""
     plans = {
         "fast": compile_network(net.network),
         "plain": compile_network(net.network, fast=False),
     }
-    caches = {kind: _caches(dtype) for kind in plans}
-    for ids, positions, write, lengths, rows in STEPS:
+    batch = len(steps[0][0])
+    caches = {kind: {k: v[:batch].copy() for k, v in _caches(dtype).items()} for kind in plans}
+    for ids, positions, write, lengths, rows in steps:
         logits = {}
         for kind, plan in plans.items():
             feed = {
@@ -98,12 +116,7 @@ def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, config
         assert np.isfinite(logits["fast"]).all()
         scale = float(np.abs(logits["plain"]).max())
         np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)
-    final = np.array(STEPS[-1][3])
-    for name in caches["fast"]:
-        fast, plain = caches["fast"][name], caches["plain"][name]
-        for b, n in enumerate(final):
-            assert np.isnan(fast[b, :, n:]).all() and np.isnan(plain[b, :, n:]).all()
-            np.testing.assert_allclose(fast[b, :, :n], plain[b, :, :n], rtol=rtol, atol=rtol)
+    return caches
 
 
 def _linear_net(transpose: bool) -> Net:
@@ -221,33 +234,10 @@ def test_one_sequence_decode_fast_and_plain_agree(dtype, rtol):
     gate/up products as one product against their joined matrices (and the head on its
     transposed copy when large). Logits and every written cache row agree with the plain
     plan within the compute dtype's rounding, as in the batched test above."""
-    net = build_llama_network(
-        TINY_GQA,
-        random_weights(TINY_GQA, seed=6),
-        max_seq_len=S_MAX,
-        max_batch=1,
-        max_step_tokens=4,
-        dtype=dtype,
-    )
-    plans = {
-        "fast": compile_network(net.network),
-        "plain": compile_network(net.network, fast=False),
-    }
-    caches = {kind: {k: v[:1].copy() for k, v in _caches(dtype).items()} for kind in plans}
-    steps = [([[3, 5, 7]], [[0, 1, 2]], [0], [2])] + [([[t]], [[t]], [t], [0]) for t in (3, 4, 5)]
-    for ids, positions, write, rows in steps:
-        logits = {}
-        for kind, plan in plans.items():
-            feed = {
-                **caches[kind],
-                "input_ids": np.array(ids, np.int32),
-                "position_ids": np.array(positions, np.int64),
-                "write_indices": np.array(write, np.int32),
-                "last_token_rows": np.array(rows, np.int32),
-            }
-            logits[kind] = plan.run(feed)["logits"]
-        scale = float(np.abs(logits["plain"]).max())
-        np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)
+    net = _network(TINY_GQA, dtype, 1)
+    prefill = ([[3, 5, 7]], [[0, 1, 2]], [0], [3], [2])
+    decode = [([[t]], [[t]], [t], [t + 1], [0]) for t in (3, 4, 5)]
+    caches = _run_fast_and_plain(net, dtype, rtol, [prefill, *decode])
     for name in caches["fast"]:
         fast, plain = caches["fast"][name][:, :, :6], caches["plain"][name][:, :, :6]
         np.testing.assert_allclose(fast, plain, rtol=rtol, atol=rtol)
