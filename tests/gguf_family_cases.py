@@ -14,173 +14,62 @@ from pathlib import Path
 
 import numpy as np
 import transformers
+from family_cases import CASES as FOLDER_CASES
 from gguf_files import write_family_gguf
 from hf_models import save_random_model
 
-# case -> (config class, model class, config arguments, GGUF arch, writer arguments)
+
+# case -> (config class, model class, config arguments, GGUF arch, writer arguments); most
+# are the folder cases of ``family_cases`` (the same odd sizes), some with keys changed.
+def _family(name: str, arch: str, writer: dict | None = None, **changed: object) -> tuple:
+    config_class, model_class, args = FOLDER_CASES[name]
+    return config_class, model_class, {**args, **changed}, arch, writer or {}
+
+
 CASES = {
-    # q/k/v biases, GQA 5:1; matrices stored as F16 (the converter's default outtype).
-    "qwen2": (
-        transformers.Qwen2Config,
-        transformers.Qwen2ForCausalLM,
-        dict(
-            vocab_size=97,
-            hidden_size=40,
-            intermediate_size=72,
-            num_attention_heads=5,
-            num_key_value_heads=1,
-        ),
+    # q/k/v biases, GQA 5:1, no window; matrices stored as F16 (the converter's default).
+    "qwen2": _family(
+        "qwen2_window",
         "qwen2",
-        dict(dtype=np.float16),
+        {"dtype": np.float16},
+        use_sliding_window=False,
+        sliding_window=None,
     ),
     # per-head q/k norms; head_dim 128 is the one transformers' loader assumes for qwen3 (it
     # does not read attention.key_length there), 3 heads of it over D = 44.
-    "qwen3": (
-        transformers.Qwen3Config,
-        transformers.Qwen3ForCausalLM,
-        dict(
-            vocab_size=101,
-            hidden_size=44,
-            intermediate_size=56,
-            num_attention_heads=3,
-            num_key_value_heads=1,
-            head_dim=128,
-        ),
+    "qwen3": _family(
+        "qwen3_bias",
         "qwen3",
-        {},
+        hidden_size=44,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        head_dim=128,
+        attention_bias=False,
+        tie_word_embeddings=False,
     ),
     # head_dim 12 != D / heads, biases on q/k/v/o, tied head.
-    "qwen3_bias": (
-        transformers.Qwen3Config,
-        transformers.Qwen3ForCausalLM,
-        dict(
-            vocab_size=101,
-            hidden_size=40,
-            intermediate_size=56,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=12,
-            attention_bias=True,
-            tie_word_embeddings=True,
-        ),
-        "qwen3",
-        {},
-    ),
+    "qwen3_bias": _family("qwen3_bias", "qwen3"),
     # MistralForCausalLM as the converter writes it: arch llama, Q/K permuted; head_dim 10;
     # transformers loads it as a Llama too (its Mistral switch wants general.name == "mistral",
     # and then fails: gguf-py has no arch "mistral").
-    "mistral": (
-        transformers.MistralConfig,
-        transformers.MistralForCausalLM,
-        dict(
-            vocab_size=89,
-            hidden_size=36,
-            intermediate_size=60,
-            num_attention_heads=6,
-            num_key_value_heads=2,
-            head_dim=10,
-            sliding_window=None,
-        ),
-        "llama",
-        {"general.name": "Mistral Tiny"},
+    "mistral": _family(
+        "mistral_window", "llama", {"general.name": "Mistral Tiny"}, sliding_window=None
     ),
     # a newer file: arch mistral3 with a sliding window (4 < the 7-token prompt).
-    "mistral3_window": (
-        transformers.MistralConfig,
-        transformers.MistralForCausalLM,
-        dict(
-            vocab_size=89,
-            hidden_size=36,
-            intermediate_size=60,
-            num_attention_heads=6,
-            num_key_value_heads=2,
-            head_dim=10,
-            sliding_window=4,
-        ),
-        "mistral3",
-        {"window": 4},
-    ),
+    "mistral3_window": _family("mistral_window", "mistral3", {"window": 4}),
     # norms stored as 1 + w, sqrt(D) embedding scale, GELU-tanh, tied head, head_dim 18.
-    "gemma": (
-        transformers.GemmaConfig,
-        transformers.GemmaForCausalLM,
-        dict(
-            vocab_size=103,
-            hidden_size=44,
-            intermediate_size=76,
-            num_attention_heads=3,
-            num_key_value_heads=1,
-            head_dim=18,
-        ),
-        "gemma",
-        {},
-    ),
+    "gemma": _family("gemma", "gemma"),
     # fused attn_qkv / ffn_up, full rotary, no window (what transformers' loader reads).
-    "phi3": (
-        transformers.Phi3Config,
-        transformers.Phi3ForCausalLM,
-        dict(
-            vocab_size=91,
-            hidden_size=36,
-            intermediate_size=52,
-            num_attention_heads=3,
-            num_key_value_heads=3,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-        ),
+    "phi3": _family(
+        "phi3_partial_window",
         "phi3",
-        {},
+        sliding_window=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
     # partial rotary (6 of head_dim 12) and a window of 5 < 7.
-    "phi3_partial_window": (
-        transformers.Phi3Config,
-        transformers.Phi3ForCausalLM,
-        dict(
-            vocab_size=91,
-            hidden_size=36,
-            intermediate_size=52,
-            num_attention_heads=3,
-            num_key_value_heads=3,
-            sliding_window=5,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                "partial_rotary_factor": 0.5,
-            },
-        ),
-        "phi3",
-        {},
-    ),
+    "phi3_partial_window": _family("phi3_partial_window", "phi3"),
     # longrope short factors, as rope_factors_short/long tensors; GQA 4:2, head_dim 8.
-    "phi3_longrope": (
-        transformers.Phi3Config,
-        transformers.Phi3ForCausalLM,
-        dict(
-            vocab_size=91,
-            hidden_size=32,
-            intermediate_size=40,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=192,
-            original_max_position_embeddings=48,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            rope_parameters={
-                "rope_type": "longrope",
-                "rope_theta": 10000.0,
-                "short_factor": [1.0, 1.5, 2.5, 4.0],
-                "long_factor": [2.0, 3.0, 5.0, 8.0],
-                "original_max_position_embeddings": 48,
-            },
-        ),
-        "phi3",
-        {},
-    ),
+    "phi3_longrope": _family("phi3_longrope", "phi3"),
     # Llama 3.1 RoPE scaling, written as rope_freqs: head_dim 16 with theta 5e5 puts
     # frequencies in all three bands (kept, smoothed, divided by 8).
     "llama31_rope": (
