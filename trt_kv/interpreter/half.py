@@ -20,11 +20,10 @@ import numpy as np
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below these sizes NumPy's casts win (the bit recipes cost ~10 calls of fixed overhead)
 _SMALL_WIDEN, _SMALL_ROUND = 8192, 2048
-# float16 bits shifted left by 13: the sign lands on bit 28, exponent and mantissa on 13..27
-_SIGN_AT_28 = np.uint32(1 << 28)
-_MAGNITUDE_AT_13 = np.uint32(0x7FFF << 13)
+# float16 bits, sign-extended to 32 and shifted left by 13: keep bit 31 and bits 13..27
+_SIGN_AND_MAGNITUDE = np.uint32(0x8FFFE000).view(np.int32)
 _REBIAS = np.float32(2.0**112)  # 2^(127 - 15)
-_EXPONENT16 = np.uint16(0x7C00)  # all ones: infinity or NaN
+_MAGNITUDE16, _EXPONENT16 = np.uint16(0x7FFF), np.uint16(0x7C00)  # 0x7C00..: inf or NaN
 # |x| bit patterns whose nearest float16 is a normal number: [2^-14, 65520)
 _NORMAL_LO = np.uint32(0x38800000)  # 2^-14, the smallest normal float16
 _NORMAL_SPAN = np.uint32(0x477FF000 - 0x38800000)  # 65520 = 65504 + half an ulp: rounds to inf
@@ -37,17 +36,16 @@ def widen(h: np.ndarray) -> np.ndarray:
     """``h.astype(np.float32)`` for a float16 array ``h`` (any shape, any strides)."""
     if h.size < _SMALL_WIDEN:
         return h.astype(np.float32)
-    bits = h.view(np.uint16)
-    out = np.left_shift(bits, 13, dtype=np.uint32)  # sign at bit 28, exponent and mantissa below
-    sign = np.bitwise_and(out, _SIGN_AT_28)
-    out &= _MAGNITUDE_AT_13
+    # int16 -> int32 repeats the sign in bits 16..31; shifted by 13, bit 31 is the sign and
+    # bits 13..27 the exponent and mantissa: clear bits 28..30 and 0..12, and rescale.
+    out = np.left_shift(h.view(np.int16), 13, dtype=np.int32)
+    out &= _SIGN_AND_MAGNITUDE
     widened = out.view(np.float32)
     widened *= _REBIAS  # exponent bias 15 -> 127, exact; subnormals become normal
-    sign <<= 3
-    out |= sign
-    inf_or_nan = np.bitwise_and(bits, _EXPONENT16) == _EXPONENT16
-    if inf_or_nan.any():
-        widened[inf_or_nan] = h[inf_or_nan].astype(np.float32)
+    magnitude = np.bitwise_and(h.view(np.uint16), _MAGNITUDE16)
+    if magnitude.max() >= _EXPONENT16:  # infinity or NaN: NumPy's cast
+        special = magnitude >= _EXPONENT16
+        widened[special] = h[special].astype(np.float32)
     return widened
 
 
