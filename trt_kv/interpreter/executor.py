@@ -144,8 +144,8 @@ class Plan:
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
-            relayout_transposed_constants(steps)
             fuse_one_row_products(steps)
+            relayout_transposed_constants(steps)
         self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
         if fast:
             self._slots = _SlotProgram(self._steps, self.input_names, self.output_names, compute)
@@ -369,9 +369,17 @@ def compile_network(
     them. The plan keeps no reference to the network afterwards.
 
     ``fast=False`` runs the plain kernels: attention over the whole cache window, one matrix
-    product per batch entry, constants in their declared layout. The default fast paths give
-    the same results within the compute dtype's rounding (the tests run both on the same
-    networks); every layer of the network runs either way.
+    product per batch entry, constants in their declared layout, tensors looked up by name,
+    float16 through NumPy's casts. The default fast plan: attention reads the keys up to the
+    last one a query may see; a product with a shared matrix is one ``[rows, K] @ [K, N]``
+    BLAS call on a matrix stored transposed (Q/K/V and gate/up side by side, one call for a
+    one-row input; a tied vocabulary head also kept transposed for one row, ``(W x^T)^T``
+    for more); constants are filled in once; float16 rounds and widens on the bits
+    (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
+    elements skip a rounding that changes nothing; KV updates are checked on whole arrays.
+    Results agree with the plain plan within the compute dtype's rounding (BLAS summation
+    order; the tests run both on the same networks, bit-exact where no BLAS call differs);
+    every layer of the network runs either way.
 
     Raises:
         UnsupportedLayerError: a layer (type or setting) the interpreter does not execute;

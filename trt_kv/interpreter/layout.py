@@ -34,8 +34,8 @@ def relayout_transposed_constants(steps: list) -> None:
     for name in transposed & set(constants):
         i = constants[name]
         value = steps[i].kernel.fn(())
-        if value.ndim < 2 or np.swapaxes(value, -1, -2).flags.c_contiguous:
-            continue
+        if value.ndim < 2 or _rows_contiguous(np.swapaxes(value, -1, -2)):
+            continue  # already read as BLAS likes it (a column block of a joined matrix too)
         if name in plain and value.size < _ONE_ROW_COPY_MIN:
             continue
         stored = np.swapaxes(np.ascontiguousarray(np.swapaxes(value, -1, -2)), -1, -2)
@@ -50,6 +50,11 @@ def relayout_transposed_constants(steps: list) -> None:
         kernel = replace(steps[i].kernel, fn=lambda x, v=stored: v)
         steps[i] = replace(steps[i], kernel=kernel)
         del value, stored, kernel
+
+
+def _rows_contiguous(a: np.ndarray) -> bool:
+    """Each row of the last two axes contiguous (BLAS reads it with a leading dimension)."""
+    return a.strides[-1] == a.itemsize or a.shape[-1] == 1
 
 
 _ONE_ROW_COPY_MIN = 1 << 24  # elements (64 MiB in float32): a vocabulary-sized tied head
@@ -77,7 +82,8 @@ def fuse_one_row_products(steps: list) -> None:
     With one row in the input, the first of those products runs them all as one
     matrix-vector product (BLAS streams one wide matrix ~15% faster than three narrow
     ones, with the same sums per output) and the others take their columns of it; with more
-    rows each runs on its own, as before. Runs after :func:`relayout_transposed_constants`.
+    rows each runs on its own, as before. Runs before :func:`relayout_transposed_constants`
+    (the joined matrix is the constants' one transposed copy, made once).
     """
     constants = {
         step.outputs[0][0]: i
@@ -118,12 +124,11 @@ def fuse_one_row_products(steps: list) -> None:
 
 
 def _matrix(value: np.ndarray) -> np.ndarray | None:
-    """The ``[K, N]`` matrix a linear product reads from a constant ``[1.., N, K]`` stored
-    transposed in memory, or None when it is stored otherwise (or has leading dims > 1)."""
+    """The ``[K, N]`` matrix (a view) a linear product reads from a constant ``[1.., N, K]``,
+    or None when it has leading dims > 1."""
     if value.ndim < 2 or any(d != 1 for d in value.shape[:-2]):
         return None
-    matrix = np.swapaxes(value.reshape(value.shape[-2:]), 0, 1)
-    return matrix if matrix.flags.c_contiguous else None
+    return np.swapaxes(value.reshape(value.shape[-2:]), 0, 1)
 
 
 class _OneRowProduct:
