@@ -136,8 +136,10 @@ class _OneRowProduct:
 
     def __init__(self, joined: np.ndarray) -> None:
         self.joined = joined
-        self.input: np.ndarray | None = None  # held, so its identity cannot be reused
-        self.output: np.ndarray | None = None
+        # (input, product): the input is held, so its identity cannot be reused; one tuple,
+        # swapped whole, so plans run from several threads never pair one's input with
+        # another's product
+        self.last: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
     def columns(self, fn: Callable, lo: int, hi: int) -> Callable:
         """``fn`` (one product of the group, columns ``lo:hi``), one-row inputs served from
@@ -147,8 +149,9 @@ class _OneRowProduct:
             a = x[0]
             if a.ndim < 2 or a.size != a.shape[-1]:
                 return fn(x)
-            if self.input is not a:
-                self.input, self.output = a, a.reshape(1, -1) @ self.joined
-            return self.output[:, lo:hi].reshape(*a.shape[:-1], hi - lo)
+            last = self.last
+            if last[0] is not a:
+                last = self.last = (a, a.reshape(1, -1) @ self.joined)
+            return last[1][:, lo:hi].reshape(*a.shape[:-1], hi - lo)
 
         return run
