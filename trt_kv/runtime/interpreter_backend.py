@@ -9,6 +9,7 @@ from trt_kv.interpreter import compile_network
 from trt_kv.models.llama.network import LOGITS, LlamaNetwork
 from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.host_memory import keep_freed_memory
 from trt_kv.runtime.profiles import select_profile
 from trt_kv.runtime.storage import HostCaches
 
@@ -22,6 +23,7 @@ class InterpreterBackend:
     name = "interpreter"
 
     def __init__(self, net: LlamaNetwork, *, capacity: int | None = None) -> None:
+        keep_freed_memory()  # the steps' large temporaries reuse heap memory, no page faults
         self.net = net
         self.plan = compile_network(net.network)
         self.storage = HostCaches(cache_aliases(net.network), capacity or net.max_batch)
