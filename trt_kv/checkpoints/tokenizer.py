@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    processors,
+)
 
 from trt_kv.errors import ConfigError, mismatch
 
@@ -29,13 +37,41 @@ def _byte_level_pre(digits_apart: bool) -> object:
     return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
 
 
-# tokenizer.ggml.pre -> the pre-tokenizer its merges were learned with. llama.cpp's "smollm"
-# splits every digit off, then applies GPT-2's split (as SmolLM2's tokenizer.json does).
+def _split_pre(regex: str) -> object:
+    """Split by ``regex`` (each match a piece), then the byte alphabet without GPT-2's split."""
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(regex), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
+
+# The splits of llama.cpp's llama-vocab.cpp (LLAMA_VOCAB_PRE_TYPE_LLAMA3 and _QWEN2), written
+# as the models' tokenizer.json write them (``(?i:...)`` where llama.cpp spells out the cases):
+# Llama 3 keeps runs of up to 3 digits, Qwen2 splits every digit off.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# tokenizer.ggml.pre -> the pre-tokenizer its merges were learned with (llama.cpp's names for
+# each, from llama-vocab.cpp). "smollm" splits every digit off, then applies GPT-2's split (as
+# SmolLM2's tokenizer.json does).
 GGUF_PRE_TOKENIZERS = {
     "default": lambda: _byte_level_pre(False),
     "gpt2": lambda: _byte_level_pre(False),
     "smollm": lambda: _byte_level_pre(True),
+    "llama3": lambda: _split_pre(_LLAMA3_SPLIT),
+    "llama-v3": lambda: _split_pre(_LLAMA3_SPLIT),
+    "llama-bpe": lambda: _split_pre(_LLAMA3_SPLIT),
+    "smaug-bpe": lambda: _split_pre(_LLAMA3_SPLIT),
+    "qwen2": lambda: _split_pre(_QWEN2_SPLIT),
+    "deepseek-r1-qwen": lambda: _split_pre(_QWEN2_SPLIT),
 }
 
 
@@ -174,10 +210,19 @@ class TextTokenizer:
         tokenizer = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
         tokenizer.pre_tokenizer = GGUF_PRE_TOKENIZERS[pre]()
         tokenizer.decoder = decoders.ByteLevel()
-        added = [(t, k) for t, k in zip(tokens, token_types) if k in (_CONTROL, _USER_DEFINED)]
-        tokenizer.add_special_tokens(  # kept whole; control tokens are dropped by decode
-            [AddedToken(t, special=k == _CONTROL, normalized=False) for t, k in added]
-        )
+        # both kept whole; control tokens are special (dropped by decode), user-defined ones
+        # (like <think>) are plain added tokens, as transformers and llama.cpp treat them
+        for kind, add in (
+            (_CONTROL, tokenizer.add_special_tokens),
+            (_USER_DEFINED, tokenizer.add_tokens),
+        ):
+            add(
+                [
+                    AddedToken(t, special=kind == _CONTROL, normalized=False)
+                    for t, k in zip(tokens, token_types)
+                    if k == kind
+                ]
+            )
         bos = special_ids.get("bos_token")
         if add_bos and bos is not None:
             tokenizer.post_processor = processors.TemplateProcessing(
