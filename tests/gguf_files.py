@@ -33,7 +33,7 @@ def write_gguf(path: Path, arch: str, metadata: dict, tensors: dict) -> Path:
             writer.add_float32(key, value)
         elif isinstance(value, str):
             writer.add_string(key, value)
-        elif value and isinstance(value[0], str):
+        elif value and isinstance(value[0], (str, float)):
             writer.add_array(key, value)
         else:
             writer.add_key_value(key, list(value), GGUFValueType.ARRAY, GGUFValueType.INT32)
