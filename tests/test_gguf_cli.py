@@ -9,9 +9,8 @@ import numpy as np
 import torch
 import transformers
 from cli_user import run_cli
-from gguf_files import write_family_gguf
+from gguf_files import trained_vocabulary, write_family_gguf
 from hf_models import greedy_ids, save_random_model
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from trt_kv.checkpoints.tokenizer import GGUF_PRE_TOKENIZERS
 
@@ -20,17 +19,8 @@ CORPUS = ["Hello world, it's a test of 2024 and 1,000 things.", "naïve café, t
 
 
 def test_generate_on_a_qwen2_gguf_file_gives_transformers_text(tmp_path):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = GGUF_PRE_TOKENIZERS["qwen2"]()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 10, trainer)
-    vocab = json.loads(tok.to_str())["model"]
-    tokens = sorted(vocab["vocab"], key=vocab["vocab"].get)
+    pre = GGUF_PRE_TOKENIZERS["qwen2"]()
+    tokens, merges = trained_vocabulary(CORPUS, pre, 300, special=["<|endoftext|>"])
     config = transformers.Qwen2Config(
         vocab_size=len(tokens),
         hidden_size=40,
@@ -49,7 +39,7 @@ def test_generate_on_a_qwen2_gguf_file_gives_transformers_text(tmp_path):
         **{
             "tokenizer.ggml.pre": "qwen2",
             "tokenizer.ggml.tokens": tokens,
-            "tokenizer.ggml.merges": [" ".join(m) for m in vocab["merges"]],
+            "tokenizer.ggml.merges": merges,
             "tokenizer.ggml.token_type": [3] + [1] * (len(tokens) - 1),
             "tokenizer.ggml.eos_token_id": 0,
         },

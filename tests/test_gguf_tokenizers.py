@@ -9,13 +9,11 @@ without any split (merges cross spaces, digits and punctuation), so each pre-tok
 shows in the ids.
 """
 
-import json
-
 import numpy as np
 import pytest
 import transformers
-from gguf_files import write_gguf
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from gguf_files import trained_vocabulary, write_gguf
+from tokenizers import pre_tokenizers
 
 from trt_kv.checkpoints import read_gguf
 from trt_kv.checkpoints.tokenizer import GGUF_PRE_TOKENIZERS
@@ -45,18 +43,9 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def vocabulary():
     """``(tokens, merges)`` of a 500-token byte-level BPE trained on ``CORPUS`` lines whole."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 10, trainer)
-    model = json.loads(tok.to_str())["model"]
-    tokens = [*sorted(model["vocab"], key=model["vocab"].get), USER]
-    return tokens, [" ".join(m) for m in model["merges"]]
+    whole = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokens, merges = trained_vocabulary(CORPUS, whole, 500, special=SPECIAL)
+    return [*tokens, USER], merges
 
 
 def _write(folder, tokens, merges, pre, add_bos):
@@ -127,12 +116,9 @@ BYTES = [f"<0x{b:02X}>" for b in range(256)]  # type 6: characters outside the v
 def sentencepiece():
     """``(tokens, scores, types)``: pieces trained by BPE over "\\u2581"-spelled text, each
     scored by its merge order (the earlier, the higher), after the specials and byte tokens."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, show_progress=False)
-    tok.train_from_iterator(CORPUS * 10, trainer)
-    vocab = json.loads(tok.to_str())["model"]["vocab"]
-    pieces = [t for t in sorted(vocab, key=vocab.get) if t not in ("\u2581\u2581",)]
+    metaspace = pre_tokenizers.Metaspace(prepend_scheme="first", split=False)
+    trained, _ = trained_vocabulary(CORPUS, metaspace, 300, alphabet=False)
+    pieces = [t for t in trained if t != "\u2581\u2581"]
     tokens = [*SPM_SPECIAL, *BYTES, *pieces]
     scores = [0.0] * (3 + 256) + [-float(i) for i in range(len(pieces))]
     types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
