@@ -241,3 +241,37 @@ def test_one_sequence_decode_fast_and_plain_agree(dtype, rtol):
     for name in caches["fast"]:
         fast, plain = caches["fast"][name][:, :, :6], caches["plain"][name][:, :, :6]
         np.testing.assert_allclose(fast, plain, rtol=rtol, atol=rtol)
+
+
+def test_long_context_attention_split_per_sequence_and_head_is_bit_exact():
+    """Scores of 2 x 4 x 64 x 4200 (above the fast plan's split size): the fast plan runs
+    attention per sequence and KV head, the plain plan in one call; ragged lengths (the
+    second sequence's keys past 3000 hold NaN and are masked), GQA 4:2. Same bits."""
+    b, nq, nkv, sq, skv, h = 2, 4, 2, 64, 4200, 8
+    net = Net()
+    q, k, v = (net.input(n, "float32", s) for n, s in (("q", (b, nq, sq, h)),
+               ("k", (b, nkv, skv, h)), ("v", (b, nkv, skv, h))))  # fmt: skip
+    att = net.network.add_attention_v2(
+        q, k, v, trt.AttentionNormalizationOp.SOFTMAX, trt.CausalMaskKind.NONE
+    )
+    att.decomposable = True
+    att.mask = net.input("mask", "bool", (b, 1, sq, skv))
+    att.key_value_lengths = net.input("kv_lengths", "int32", (b,))
+    net.mark(att.get_output(0))
+    lengths = np.array([skv, 3000], np.int32)
+    positions = lengths[:, None] - sq + np.arange(sq)  # the chunk's last sq tokens
+    kv = [rand(b, nkv, skv, h, seed=s) for s in (14, 15)]
+    for a in kv:
+        a[1, :, 3000:] = np.nan
+    feed = {
+        "q": rand(b, nq, sq, h, seed=13),
+        "k": kv[0],
+        "v": kv[1],
+        "mask": (np.arange(skv) <= positions[:, :, None])[:, None],
+        "kv_lengths": lengths,
+    }
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    assert np.isfinite(fast).all()
+    np.testing.assert_array_equal(fast, plain)
