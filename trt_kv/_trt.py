@@ -36,6 +36,9 @@ class Features(NamedTuple):
     rotary_embedding: bool
     aliased_tensor_query: bool
     python_plugins: bool
+    # ITensor.set_dimension_name: inputs' dimensions named alike are equal at run time, which
+    # lets the builder share one compiled kernel across layers (see the Llama network).
+    dimension_names: bool
     # Whether the layer takes int64 write indices as documented. TensorRT-RTX 1.7.1's
     # compiler rejects them ("Write indices must be of type int32"); trt_kv then casts.
     int64_write_indices: bool
@@ -76,6 +79,7 @@ def _features(mod: ModuleType) -> Features:
         rotary_embedding=hasattr(net_cls, "add_rotary_embedding"),
         aliased_tensor_query=hasattr(mod.ICudaEngine, "get_aliased_input_tensor"),
         python_plugins=hasattr(net_cls, "add_plugin_v3"),
+        dimension_names=hasattr(mod.ITensor, "set_dimension_name"),
         int64_write_indices=mod.__name__ != "tensorrt_rtx",
     )
 
