@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv import dtypes, engine_file
+from trt_kv import _trt, dtypes, engine_file
 from trt_kv._trt import trt
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.emulator.memory import EmulatorError
@@ -36,12 +36,14 @@ ProfileShapes = Mapping[str, tuple[Shape, Shape, Shape]]  # input -> (min, opt, 
 
 @dataclass(frozen=True)
 class IOTensor:
-    """One engine input or output: declared shape (-1 = dynamic) and dtype."""
+    """One engine input or output: declared shape (-1 = dynamic), dtype and, for inputs, the
+    dimension names (``ITensor.set_dimension_name``; None where unnamed)."""
 
     name: str
     is_input: bool
     shape: Shape
     dtype: np.dtype
+    dim_names: tuple[str | None, ...] = ()
 
     @property
     def trt_dtype(self) -> object:
@@ -71,7 +73,7 @@ def record_network(network: object, profiles: Sequence[ProfileShapes], sha256: s
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     outputs = [network.get_output(i) for i in range(network.num_outputs)]
     tensors = tuple(
-        IOTensor(t.name, is_input, tuple(t.shape), dtypes.to_numpy(t.dtype))
+        IOTensor(t.name, is_input, tuple(t.shape), dtypes.to_numpy(t.dtype), _dim_names(t))
         for ts, is_input in ((inputs, True), (outputs, False))
         for t in ts
     )
@@ -85,6 +87,13 @@ def record_network(network: object, profiles: Sequence[ProfileShapes], sha256: s
         plan=compile_network(network),
         num_layers=network.num_layers,
     )
+
+
+def _dim_names(tensor: object) -> tuple[str | None, ...]:
+    """The dimension names of a network input (empty for outputs, or without the feature)."""
+    if not (_trt.FEATURES.dimension_names and tensor.is_network_input):
+        return ()
+    return tuple(tensor.get_dimension_name(d) for d in range(len(tuple(tensor.shape))))
 
 
 # sha256 -> the record, or why none could be made (a network the interpreter cannot run)
