@@ -43,6 +43,27 @@ def test_help_does_not_import_tensorrt_or_numpy():
     assert out.stdout.strip() == "[]"
 
 
+def test_help_imports_no_subcommand_module_numpy_tensorrt_or_tqdm():
+    # what `trt-kv --help` loads: argparse and trt_kv.cli only (issue 15: --help <= 60 ms)
+    code = (
+        "import sys\nfrom trt_kv.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = ('numpy', 'tensorrt', 'tensorrt_rtx', 'tqdm', 'polygraphy', 'cuda')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy "
+        "or m.startswith(('trt_kv.cli.', 'trt_kv.runtime'))), file=sys.stderr)"
+    )
+    import subprocess
+    import sys
+
+    from cli_user import user_env
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), check=True
+    )
+    assert out.stdout.startswith("usage: trt-kv")
+    assert out.stderr.strip() == "[]"
+
+
 def test_version_names_trt_kv_tensorrt_and_cuda_status():
     import trt_kv
 

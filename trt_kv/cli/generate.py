@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from trt_kv.examples import Model
     from trt_kv.runtime.generate import Generation
 
-HELP = "generate tokens for prompts on a chosen backend"
 EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --backend interpreter'
 DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")

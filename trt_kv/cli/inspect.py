@@ -11,7 +11,6 @@ from pathlib import Path
 from trt_kv.cli import common
 from trt_kv.cli.checks import integer
 
-HELP = "show an engine's tensors, profiles, alias pairs, cache memory and build recipe"
 EXAMPLE = "trt-kv inspect engines/smollm2-135m-random-float16-s256-b8-t64.engine --batch 4"
 S_AXIS = 2  # caches are [B, N, S_max, H]
 
