@@ -104,6 +104,32 @@ def test_quiet_or_not_a_terminal_shows_no_progress_bar(tiny):
         assert "; decode 14 tokens in 7 steps, " in out
 
 
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny):
+    """The tiny checkpoint as llama.cpp writes it: ``(path, number of tensors)``."""
+    import transformers
+    from gguf_files import llama_gguf_tensors, llama_metadata, write_gguf
+    from safetensors.numpy import load_file
+
+    config = transformers.LlamaConfig(**json.loads((tiny / "config.json").read_text()))
+    tensors = llama_gguf_tensors(load_file(str(tiny / "model.safetensors")), config)
+    path = write_gguf(tiny.parent / "tiny.gguf", "llama", llama_metadata(config), tensors)
+    return path, len(tensors)
+
+
+def test_a_terminal_shows_the_gguf_dequantize_progress(tiny_gguf):
+    path, count = tiny_gguf
+    argv = ("generate", "--model", path, "--backend", "interpreter", "--max-seq-len", "32")
+    code, screen = run_in_terminal(*argv)
+    assert code == 0, screen
+    assert re.search(rf"dequantize tiny\.gguf: +\d+%\|.*\| \d+/{count} \[.*tensor/s\]", screen)
+    code, quiet = run_in_terminal(*argv, "--quiet")
+    assert code == 0, quiet
+    piped = run_cli(*argv)
+    for out in (quiet, piped.stdout + piped.stderr):
+        assert "dequantize" not in out and "%|" not in out
+
+
 def test_a_terminal_shows_the_tensorrt_build_phases(tiny, tmp_path):
     code, screen = run_in_terminal(
         "build", "--model", tiny, "--out", tmp_path, "--max-seq-len", "32"

@@ -18,6 +18,7 @@ import numpy as np
 from trt_kv.checkpoints.checkpoint import Checkpoint
 from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
+from trt_kv.progress import track
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,8 @@ def _tokenizer(fields: _Fields) -> TextTokenizer:
 
 def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoint:
     """Read a GGUF file: config from metadata, every tensor dequantized to ``dtype`` under its
-    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer.
+    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer. A
+    progress bar counts the tensors dequantized (see :mod:`trt_kv.progress`).
 
     Raises:
         ConfigError: a missing or malformed file, an architecture not in ``ARCHITECTURES``,
@@ -251,7 +253,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
     permuted = {"self_attn.q_proj": config.get("num_attention_heads")}
     permuted["self_attn.k_proj"] = config.get("num_key_value_heads") or permuted["self_attn.q_proj"]
     tensors: dict[str, np.ndarray] = {}
-    for tensor in reader.tensors:
+    for tensor in track(reader.tensors, f"dequantize {path.name}", unit="tensor"):
         hf_name = names[tensor.name]
         array = _dequantize(tensor, np.dtype(dtype), path)
         for proj, n_head in permuted.items():
