@@ -10,7 +10,7 @@ Rows:
   this environment, the editable install's finder included);
 - ``trt-kv --help``: the console script pip installed (``sysconfig`` scripts folder), with
   trt_kv's bytecode cached as an installed package has it (in a temporary
-  ``PYTHONPYCACHEPREFIX``, warmed by one untimed run; nothing is written to the checkout).
+  ``PYTHONPYCACHEPREFIX``, warmed by one untimed round; nothing is written to the checkout).
   The target applies to this row;
 - ``python -m trt_kv --help``: the same through ``runpy``;
 - ``... no bytecode cache``: every trt_kv module compiled from source on each run, as under
@@ -60,21 +60,31 @@ def commands(pycache: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     return rows
 
 
-def run_ms(cmd: list[str], changes: dict[str, str], runs: int) -> tuple[list[float], list[float]]:
-    """Wall and CPU milliseconds of ``runs`` runs of ``cmd`` (after one untimed run)."""
+def run_once(cmd: list[str], changes: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one run of ``cmd``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **changes}
     env = {k: v for k, v in env.items() if v != ""}
-    wall, cpu = [], []
+    start = time.perf_counter()
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = (time.perf_counter() - start) * 1e3
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {os.waitstatus_to_exitcode(status)}")
+    return wall, (usage.ru_utime + usage.ru_stime) * 1e3
+
+
+def run_rows(rows: dict, runs: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Row -> (wall ms, CPU ms) of ``runs`` runs, the rows taking turns (a shared machine's
+    load then weighs on every row alike), after one untimed round (fills the bytecode
+    cache)."""
+    out = {name: ([], []) for name in rows}
     for k in range(runs + 1):
-        start = time.perf_counter()
-        child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
-        _, status, usage = os.wait4(child.pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{' '.join(cmd)} exited {os.waitstatus_to_exitcode(status)}")
-        if k:  # the first run fills the bytecode cache
-            wall.append((time.perf_counter() - start) * 1e3)
-            cpu.append((usage.ru_utime + usage.ru_stime) * 1e3)
-    return wall, cpu
+        for name, (cmd, changes) in rows.items():
+            wall, cpu = run_once(cmd, changes)
+            if k:
+                out[name][0].append(wall)
+                out[name][1].append(cpu)
+    return out
 
 
 def main() -> None:
@@ -83,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trt_kv_pycache_") as pycache:
         rows = commands(pycache)
-        results = {name: run_ms(cmd, env, args.runs) for name, (cmd, env) in rows.items()}
+        results = run_rows(rows, args.runs)
     bare_wall, bare_cpu = (statistics.median(x) for x in results["python -c pass"])
     head = ("command", "wall median", "wall best", "CPU median", "over bare")
     print(f"{head[0]:<34} {head[1]:>12} {head[2]:>10} {head[3]:>11} {head[4]:>10}")
