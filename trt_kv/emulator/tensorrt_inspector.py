@@ -6,7 +6,8 @@ the Python ``EngineInspector`` and the "Engine Inspector" guide):
 
 - the detail depends on the ``ProfilingVerbosity`` the engine was built with:
   ``LAYER_NAMES_ONLY`` (TensorRT's default, and what trt_kv builds with) prints layer names
-  only, ``DETAILED`` names and parameters, ``NONE`` no layer information;
+  only, ``DETAILED`` names and parameters, ``NONE`` no layer information (here: ``""`` per
+  layer and an empty ``"Layers"`` list; TensorRT documents no exact text for it);
 - ``get_layer_information(layer_index, format)``: ``layer_index`` "must lie in range
   [0, engine.getNbLayers())"; outside it the emulator logs an error and returns None (a null
   ``char const*`` as the Python binding hands it back; what TensorRT returns there is not
