@@ -101,4 +101,132 @@ def llama_gguf_tensors(hf_tensors: dict, hf_config) -> dict:
     return out
 
 
-__all__ = ["GGMLQuantizationType", "llama_gguf_tensors", "llama_metadata", "write_gguf"]
+# -- any family, as llama.cpp's convert_hf_to_gguf.py writes it ------------------------------
+
+# Hugging Face name inside model.layers.{i}. -> GGUF name, beyond the Llama ones (gguf's
+# MODEL_TENSORS of qwen3 and phi3).
+FAMILY_BLOCK_NAMES = {
+    **GGUF_BLOCK_NAMES,
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",
+}
+
+
+def llama3_rope_freqs(rope: dict, head_dim: int) -> np.ndarray:
+    """``LlamaModel.generate_extra_tensors``: the divisor of each frequency under llama3
+    scaling (written out here from the converter; its ``original_max_position_embeddings``
+    is the top-level key, 8192 when absent, as in Meta's configs)."""
+    base = rope["rope_theta"]
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor, low, high, old = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"], 8192
+    out = []
+    for freq in freqs.astype(np.float32):
+        wavelen = 2 * np.pi / float(freq)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, np.float32)
+
+
+def family_metadata(hf_config, arch: str, window: int | None = None) -> dict:
+    """The ``{arch}.*`` keys the converter writes for ``hf_config`` (``TextModel`` base, then
+    ``LlamaModel`` / ``GemmaModel`` / ``Phi3MiniModel``), and a vocabulary of placeholder
+    tokens (transformers reads the vocabulary size from it)."""
+    c, a = hf_config, arch
+    rope = c.rope_parameters
+    head_dim = getattr(c, "head_dim", None)
+    meta = {
+        f"{a}.block_count": c.num_hidden_layers,
+        f"{a}.context_length": c.max_position_embeddings,
+        f"{a}.embedding_length": c.hidden_size,
+        f"{a}.feed_forward_length": c.intermediate_size,
+        f"{a}.attention.head_count": c.num_attention_heads,
+        f"{a}.attention.head_count_kv": c.num_key_value_heads,
+        f"{a}.rope.freq_base": float(rope["rope_theta"]),
+        f"{a}.attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": [f"<t{i}>" for i in range(c.vocab_size)],
+    }
+    for key, name in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
+        token = getattr(c, f"{key}_token_id", None)
+        if isinstance(token, int) and 0 <= token < c.vocab_size:  # SpecialVocab's ids
+            meta[f"tokenizer.ggml.{name}_token_id"] = token
+    if head_dim is not None:
+        meta[f"{a}.attention.key_length"] = meta[f"{a}.attention.value_length"] = head_dim
+    if a in ("llama", "mistral3"):
+        meta[f"{a}.vocab_size"] = c.vocab_size
+        meta[f"{a}.rope.dimension_count"] = head_dim or c.hidden_size // c.num_attention_heads
+    if a == "gemma":
+        del meta[f"{a}.rope.freq_base"]
+    if a == "phi3":
+        rot = rope.get("partial_rotary_factor", 1.0)
+        meta[f"{a}.rope.scaling.original_context_length"] = c.original_max_position_embeddings
+        meta[f"{a}.rope.dimension_count"] = int(rot * c.hidden_size) // c.num_attention_heads
+        meta[f"{a}.attention.sliding_window"] = c.sliding_window or 0
+        if rope.get("rope_type") == "longrope":  # Phi3MiniModel.generate_extra_tensors
+            scale = c.max_position_embeddings / c.original_max_position_embeddings
+            log = np.log(scale) / np.log(c.original_max_position_embeddings)
+            meta[f"{a}.rope.scaling.attn_factor"] = float(np.sqrt(1 + log)) if scale > 1 else 1.0
+    if window is not None:
+        meta[f"{a}.attention.sliding_window"] = window
+    return meta
+
+
+def family_gguf_tensors(model, arch: str, dtype=np.float32) -> dict:
+    """The model's tensors under llama.cpp's names, transformed as its converter does: Q/K
+    rows permuted (llama, mistral3), Gemma norms stored as 1 + w, llama3 RoPE as
+    ``rope_freqs``, longrope factors as ``rope_factors_short/long``. Matrices in ``dtype``,
+    vectors in float32 (the converter's rule)."""
+    c = model.config
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    if c.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    out = {}
+    for name, array in state.items():
+        if name in GGUF_TOP_NAMES:
+            gguf_name = GGUF_TOP_NAMES[name]
+        else:
+            _, _, i, rest = name.split(".", 3)
+            gguf_name = f"blk.{i}.{FAMILY_BLOCK_NAMES[rest]}"
+            if arch in ("llama", "mistral3") and rest.startswith("self_attn.q_proj."):
+                array = llama_cpp_permute(array, c.num_attention_heads)
+            elif arch in ("llama", "mistral3") and rest.startswith("self_attn.k_proj."):
+                array = llama_cpp_permute(array, c.num_key_value_heads)
+        if arch == "gemma" and name.endswith("norm.weight"):
+            array = array + 1
+        out[gguf_name] = array.astype(dtype if array.ndim == 2 else np.float32)
+    rope = c.rope_parameters
+    if rope.get("rope_type") == "llama3":
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        out["rope_freqs.weight"] = llama3_rope_freqs(rope, head_dim)
+    if rope.get("rope_type") == "longrope":
+        out["rope_factors_long.weight"] = np.asarray(rope["long_factor"], np.float32)
+        out["rope_factors_short.weight"] = np.asarray(rope["short_factor"], np.float32)
+    return out
+
+
+def write_family_gguf(path: Path, model, arch: str, dtype=np.float32, **meta) -> Path:
+    """``model`` (a transformers causal LM) written to ``path`` as llama.cpp would, with
+    ``meta`` (``general.name``, a ``window``) on top."""
+    window = meta.pop("window", None)
+    metadata = {**family_metadata(model.config, arch, window), **meta}
+    return write_gguf(path, arch, metadata, family_gguf_tensors(model, arch, dtype))
+
+
+__all__ = [
+    "GGMLQuantizationType",
+    "llama_gguf_tensors",
+    "llama_metadata",
+    "write_family_gguf",
+    "write_gguf",
+]

@@ -9,6 +9,7 @@ against the input.
 
 import dataclasses
 import json
+import re
 
 import ml_dtypes
 import numpy as np
@@ -18,7 +19,7 @@ import transformers
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 from gguf_files import llama_cpp_permute, llama_gguf_tensors, llama_metadata, write_gguf
-from tiny_models import TINY_GQA
+from tiny_models import TINY_GQA, TINY_HF_CONFIG
 from transformers.integrations.gguf.dequant import dequantize as hf_dequantize
 
 from trt_kv.checkpoints import read_gguf
@@ -210,10 +211,12 @@ def test_unpermute_inverts_llama_cpp_permute(shape):
 def test_other_architecture_is_refused_naming_it(tmp_path):
     x = np.zeros((4, 8), np.float32)
     path = write_gguf(
-        tmp_path / "q.gguf", "qwen2", {"qwen2.block_count": 1}, {"token_embd.weight": x}
+        tmp_path / "g.gguf", "gemma2", {"gemma2.block_count": 1}, {"token_embd.weight": x}
     )
+    expected = "['gemma', 'llama', 'mistral3', 'phi3', 'qwen2', 'qwen3']"
     with pytest.raises(
-        ConfigError, match=r"general\.architecture: expected one of \['llama'\], got 'qwen2'"
+        ConfigError,
+        match=rf"general\.architecture: expected one of {re.escape(expected)}, got 'gemma2'",
     ):
         read_gguf(path)
 
@@ -226,12 +229,54 @@ def test_unknown_tensor_is_refused_naming_it(tmp_path):
         read_gguf(path)
 
 
-def test_llama31_rope_factors_are_refused(tmp_path):
+def test_rope_factors_other_than_llama3_are_refused(tmp_path):
+    meta = {"llama.attention.head_count": 2, "llama.embedding_length": 16}  # head size 8
     path = write_gguf(
-        tmp_path / "r.gguf", "llama", {}, {"rope_freqs.weight": np.ones(4, np.float32)}
+        tmp_path / "r.gguf", "llama", meta, {"rope_freqs.weight": np.full(4, 2.0, np.float32)}
     )
-    with pytest.raises(ConfigError, match=r"rope_freqs\.weight"):
+    with pytest.raises(ConfigError, match=r"rope_freqs\.weight: expected Llama 3 RoPE factors"):
         read_gguf(path)
+
+
+EMBED = {"token_embd.weight": np.zeros((4, 16), np.float32)}
+HEADS = {"attention.head_count": 2, "embedding_length": 16}  # head size 8
+
+
+@pytest.mark.parametrize(
+    ("arch", "key", "value", "message"),
+    [
+        ("qwen2", "attention.sliding_window", 4, "0 \\(no sliding window\\), got 4"),
+        ("qwen3", "rope.dimension_count", 4, "the head size 8, got 4"),
+        ("llama", "expert_count", 8, "no experts \\(dense MLP\\), got 8"),
+        ("gemma", "final_logit_softcapping", 30.0, "no final logit soft-capping, got 30.0"),
+        ("mistral3", "attention.temperature_scale", 0.1, "no attention temperature scaling"),
+        ("phi3", "attention.value_length", 4, "the key length 8, got 4"),
+        ("phi3", "rope.dimension_count", 3, "an even rotary size below the head size 8, got 3"),
+    ],
+)
+def test_metadata_that_changes_the_network_and_is_not_built_is_refused(
+    tmp_path, arch, key, value, message
+):
+    meta = {f"{arch}.{k}": v for k, v in {**HEADS, key: value}.items()}
+    path = write_gguf(tmp_path / "k.gguf", arch, meta, EMBED)
+    with pytest.raises(ConfigError, match=rf"{arch}\.{re.escape(key)}: expected {message}"):
+        read_gguf(path)
+
+
+def test_rope_scaling_kind_not_built_is_refused_by_the_config(tmp_path):
+    meta = {"qwen2.rope.scaling.type": "yarn", "qwen2.rope.scaling.factor": 4.0}
+    config = read_gguf(write_gguf(tmp_path / "y.gguf", "qwen2", meta, EMBED)).config
+    assert config["rope_parameters"]["rope_type"] == "yarn"
+    with pytest.raises(ConfigError, match=r"rope_type: expected one of .* got 'yarn'"):
+        LlamaConfig.from_hf({**TINY_HF_CONFIG, **config})
+
+
+def test_output_bias_in_qwen2_is_refused_by_the_family(tmp_path):
+    tensors = {**EMBED, "blk.0.attn_output.bias": np.zeros(16, np.float32)}
+    config = read_gguf(write_gguf(tmp_path / "o.gguf", "qwen2", {}, tensors)).config
+    assert config["attention_bias"] is True
+    with pytest.raises(ConfigError, match=r"attention_bias: expected false .*qwen2"):
+        LlamaConfig.from_hf({**TINY_HF_CONFIG, **config})
 
 
 def test_attention_biases_reach_the_config_and_are_refused(tmp_path, tiny_llama_gguf):
