@@ -34,6 +34,7 @@ class NoWorkBackend:
         self.storage = HostCaches(llama_cache_aliases(config, max_seq_len, "float16"), capacity)
         self.max_step_tokens = max_seq_len
         self.vocab_size = config.vocab_size
+        self.long_rope_after = None
         self.inputs = frozenset(
             ["input_ids", "position_ids", "write_indices", "key_value_lengths", "last_token_rows"]
         )

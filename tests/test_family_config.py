@@ -6,6 +6,7 @@ import pytest
 from trt_kv.errors import ConfigError, ShapeError
 from trt_kv.models.family import FAMILIES
 from trt_kv.models.llama import LlamaConfig, rope_tables
+from trt_kv.models.llama.rope import long_rope_after, rope_row_ids, rope_rows
 from trt_kv.models.llama.weights import split_fused
 
 BASE = {
@@ -140,10 +141,20 @@ def test_phi3_longrope_short_factors_and_attention_factor():
     assert LlamaConfig.from_json(c.to_json()) == c
 
 
-def test_phi3_longrope_past_the_original_length_is_refused():
+def test_phi3_longrope_past_the_original_length_stacks_the_long_table_after_the_short():
     c = LlamaConfig.from_hf(PHI3_LONGROPE)
-    with pytest.raises(ConfigError, match="original_max_position_embeddings = 16"):
-        rope_tables(c, 17)
+    assert long_rope_after(c, 16) is None  # S_max 16 never passes 16: one table
+    assert long_rope_after(c, 17) == 16
+    cos, sin = rope_rows(c, 17)
+    assert cos.shape == sin.shape == (34, 2)  # short rows 0..16, then long rows 17..33
+    factor = c.rope_scaling.attention_factor
+    short = 1.0 / (np.array([1.0, 2.0]) * 10000.0 ** np.array([0.0, 0.5]))
+    long = 1.0 / (np.array([4.0, 8.0]) * 10000.0 ** np.array([0.0, 0.5]))
+    np.testing.assert_allclose(cos[3], np.cos(3 * short) * factor, rtol=1e-6)
+    np.testing.assert_allclose(sin[17 + 3], np.sin(3 * long) * factor, rtol=1e-6)
+    # a sequence whose length after the step is 17 (> 16) reads the long rows, 16 the short
+    rows = rope_row_ids(c, np.array([[15, 16], [14, 15]]), np.array([17, 16]), 17)
+    np.testing.assert_array_equal(rows, [[32, 33], [14, 15]])
 
 
 def test_phi3_fused_projections_split_in_order():

@@ -131,3 +131,33 @@ def test_kv_cache_update_accumulates_over_decode_steps():
     np.testing.assert_array_equal(cache[0, :, 0:3], np.concatenate(steps, axis=2)[0])
     np.testing.assert_array_equal(cache[1, :, 4:7], np.concatenate(steps, axis=2)[1])
     assert not cache[0, :, 3:].any() and not cache[1, :, :4].any() and not cache[1, :, 7:].any()
+
+
+@pytest.mark.parametrize("tokens", [1, 3], ids=["decode", "prefill"])
+def test_kv_cache_update_fast_and_plain_plans_write_the_same_bits(tokens):
+    """The fast plan's whole-array checks and indexed write against the reference's loop."""
+    net = _cache_net("float16")
+    update = rand(2, 3, tokens, 4, seed=4, dtype="float16")
+    caches = {}
+    for fast in (True, False):
+        cache = _random_bits((2, 3, 8, 4), "float16", seed=5)
+        feed = {"cache": cache, "update": update, "write_indices": np.array([5, 2], np.int32)}
+        assert compile_network(net.network, fast=fast).run(feed)["out"] is cache
+        caches[fast] = cache.view(np.uint16)
+    np.testing.assert_array_equal(caches[True], caches[False])
+    np.testing.assert_array_equal(caches[True][0, :, 5 : 5 + tokens], update[0].view(np.uint16))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+def test_kv_cache_update_negative_write_index_raises_and_writes_nothing(fast):
+    net = _cache_net("float32")
+    cache = rand(2, 3, 8, 4, seed=6)
+    before = cache.copy()
+    feed = {
+        "cache": cache,
+        "update": rand(2, 3, 1, 4),
+        "write_indices": np.array([0, -1], np.int32),
+    }
+    with pytest.raises(CacheOverflowError, match=r"write_indices\[1\]"):
+        compile_network(net.network, fast=fast).run(feed)
+    np.testing.assert_array_equal(cache, before)

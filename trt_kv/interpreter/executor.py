@@ -24,6 +24,7 @@ from trt_kv.errors import (
     mismatch,
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
+from trt_kv.interpreter.half import round_float16, widen_to
 from trt_kv.interpreter.registry import Kernel, compile_layer, is_float, type_name
 
 Precision = Literal["float32", "float64"]
@@ -55,14 +56,23 @@ def _declared(tensor: object, layer: str, kind: str) -> np.dtype:
         ) from err
 
 
-def _finisher(declared: np.dtype, compute: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
-    """Round a layer output to its declared dtype, keep floats in the compute dtype."""
+def _finisher(
+    declared: np.dtype, compute: np.dtype, fast: bool = False
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Round a layer output to its declared dtype, keep floats in the compute dtype
+    (``fast``: float16 rounds through :func:`~trt_kv.interpreter.half.round_float16`, the
+    same bits as NumPy's casts)."""
     if not is_float(declared):
         return lambda a: np.asarray(a, dtype=declared)
     if declared == compute:
         return lambda a: np.asarray(a, dtype=compute)
+    if fast and declared == _FLOAT16 and compute == _FLOAT32:
+        return lambda a: round_float16(np.asarray(a, dtype=compute))
     # float16/bfloat16 (or float32 under float64 compute): round at the tensor boundary.
     return lambda a: np.asarray(a).astype(declared).astype(compute)
+
+
+_FLOAT16, _FLOAT32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def _schedule(network: object, outputs: list[str]) -> list[int]:
@@ -135,16 +145,22 @@ class Plan:
         if fast:
             _relayout_transposed_constants(steps)
         self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
-        self._program = [
-            (
-                step.kernel.fn,
-                tuple(name for name, _ in step.inputs),
-                tuple(j for j, (_, cast) in enumerate(step.inputs) if cast),
-                step.outputs,
-                step.free,
-            )
-            for step in self._steps
-        ]
+        if fast:
+            self._slots = _SlotProgram(self._steps, self.input_names, self.output_names, compute)
+        self._program = (
+            []
+            if fast
+            else [
+                (
+                    step.kernel.fn,
+                    tuple(name for name, _ in step.inputs),
+                    tuple(j for j, (_, cast) in enumerate(step.inputs) if cast),
+                    step.outputs,
+                    step.free,
+                )
+                for step in self._steps
+            ]
+        )
 
     def _compile(self, layer: object, compute: np.dtype) -> _Step:
         kind = type_name(layer)
@@ -168,7 +184,8 @@ class Plan:
                 self._as_stored.add(t.name)
                 outputs.append((t.name, _identity))
             else:
-                outputs.append((t.name, _finisher(_declared(t, layer.name, kind), compute)))
+                declared = _declared(t, layer.name, kind)
+                outputs.append((t.name, _finisher(declared, compute, self.fast)))
         return _Step(layer.name, kernel, tuple(inputs), tuple(outputs))
 
     @property
@@ -213,6 +230,14 @@ class Plan:
             CacheOverflowError: a cache write would reach past S_max (nothing written).
         """
         self._check_feed(feed)
+        values = self._slots.run(feed) if self.fast else self._run_plain(feed)
+        return {
+            name: values[name] if name in self._aliased else np.array(values[name], dtype=dt)
+            for name, dt in self._outputs
+        }
+
+    def _run_plain(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every step in turn, tensors looked up by name: the yardstick of the fast plan."""
         values: dict[str, np.ndarray] = dict(feed)
         compute = _PRECISIONS[self.precision]
         for fn, names, casts, outputs, free in self._program:
@@ -229,16 +254,75 @@ class Plan:
             del result, value
             for name in free:  # peak memory: the live tensors only, not every one
                 del values[name]
-        return {
-            name: values[name] if name in self._aliased else np.array(values[name], dtype=dt)
-            for name, dt in self._outputs
-        }
+        return values
 
     __call__ = run
 
 
 def _identity(a: np.ndarray) -> np.ndarray:
     return a
+
+
+class _SlotProgram:
+    """The fast plan's loop: tensors live in a list indexed by slot, constants are filled in
+    once (their layers ran at compile time: a constant's value is all it computes), identity
+    finishers are not called, and cast inputs widen float16 through
+    :func:`~trt_kv.interpreter.half.widen_to`. Same steps, same kernels, same order."""
+
+    def __init__(
+        self, steps: list[_Step], inputs: list[str], outputs: list[str], compute: np.dtype
+    ) -> None:
+        slot: dict[str | None, int] = {None: 0}  # slot 0 holds None: an absent input
+        for name in inputs:
+            slot[name] = len(slot)
+        for step in steps:
+            for name, _ in step.outputs:
+                slot.setdefault(name, len(slot))
+        self.inputs = [(name, slot[name]) for name in inputs]
+        self.outputs = [(name, slot[name]) for name in outputs]
+        self.compute = compute
+        template: list[np.ndarray | None] = [None] * len(slot)
+        self.program = []
+        for step in steps:
+            k = step.kernel
+            if k.rounded and not step.inputs and len(step.outputs) == 1:
+                template[slot[step.outputs[0][0]]] = k.fn(())  # a constant: never freed
+                continue
+            self.program.append(
+                (
+                    k.fn,
+                    tuple(slot[name] for name, _ in step.inputs),
+                    tuple(j for j, (_, cast) in enumerate(step.inputs) if cast),
+                    tuple(
+                        (slot[name], None if finish is _identity else finish)
+                        for name, finish in step.outputs
+                    ),
+                    tuple(slot[name] for name in step.free),
+                )
+            )
+        self.template = template
+
+    def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The network outputs by name."""
+        v = self.template.copy()
+        for name, i in self.inputs:
+            v[i] = feed[name]
+        compute = self.compute
+        for fn, ins, casts, outs, free in self.program:
+            args = [v[i] for i in ins]
+            for j in casts:
+                args[j] = widen_to(args[j], compute)
+            result = fn(args)
+            if len(outs) == 1:
+                i, finish = outs[0]
+                v[i] = result if finish is None else finish(result)
+            else:
+                for (i, finish), value in zip(outs, result):
+                    v[i] = value if finish is None else finish(value)
+            del args, result
+            for i in free:  # peak memory: the live tensors only, not every one
+                v[i] = None
+        return {name: v[i] for name, i in self.outputs}
 
 
 def _with_frees(steps: list[_Step], kept: set[str]) -> list[_Step]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.errors import ShapeError, mismatch
+from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.registry import Array, Context, Inputs, Kernel, arg, handles, input_or_none
 from trt_kv.reference import ops
 
@@ -42,9 +43,13 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
     return run
 
 
-def _cache_update(packed: bool) -> Kernel:
+def _cache_update(packed: bool, fast: bool) -> Kernel:
     """Write ``update`` into the caller's cache in place (reference checks first, so an
-    overflowing write raises CacheOverflowError with nothing written); output 0 is input 0."""
+    overflowing write raises CacheOverflowError with nothing written); output 0 is input 0.
+
+    Fast path (``fast``, padded form): the same checks as a few whole-array tests, and a
+    decode step's one row per sequence written with one indexed assignment; anything the
+    tests do not pass goes to the reference, which raises its precise error."""
 
     def run(x: Inputs) -> Array:
         cache, update, write_indices = x[0], x[1], x[2]
@@ -53,9 +58,43 @@ def _cache_update(packed: bool) -> Kernel:
             raise ValueError(
                 mismatch("cache", "a writeable array (updated in place)", "", "read-only")
             )
+        if fast and lengths is None and _writes_within(cache, update, write_indices):
+            return _write_rows(cache, update, write_indices)
         return ops.kv_cache_update_(cache, update.astype(cache.dtype), write_indices, lengths)
 
     return Kernel(run, raw_inputs=frozenset({0}), aliases={0: 0})
+
+
+def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
+    """True when a padded update ``[B, N, S, H]`` fits ``cache [B, N, S_max, H]`` at
+    ``write_indices [B]`` (int32/int64): every check of the reference, on whole arrays."""
+    b, n, s_max, h = cache.shape
+    return (
+        update.ndim == 4
+        and update.shape[:2] == (b, n)
+        and update.shape[3] == h
+        and isinstance(write_indices, np.ndarray)
+        and write_indices.dtype in _INDEX_DTYPES
+        and write_indices.shape == (b,)
+        and (
+            b == 0 or (write_indices.min() >= 0 and write_indices.max() + update.shape[2] <= s_max)
+        )
+    )
+
+
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _write_rows(cache: Array, update: Array, write_indices: Array) -> Array:
+    """``cache[i, :, w_i : w_i + S] = update[i]`` for checked operands; returns ``cache``."""
+    update = update.astype(cache.dtype, copy=False)
+    s = update.shape[2]
+    if s == 1:
+        cache[np.arange(len(write_indices)), :, write_indices] = update[:, :, 0]
+    else:
+        for i, start in enumerate(write_indices.tolist()):
+            cache[i, :, start : start + s] = update[i]
+    return cache
 
 
 @handles(trt.LayerType.KV_CACHE_UPDATE, trt.IKVCacheUpdateLayer)
@@ -67,7 +106,7 @@ def kv_cache_update(layer: object, ctx: Context) -> Kernel:
     packed = layer.update_form == _PACKED
     if packed and input_or_none(layer, 3) is None:
         raise ctx.unsupported("PACKED_NHD update form without update_lengths")
-    return _cache_update(packed)
+    return _cache_update(packed, ctx.fast)
 
 
 @handles(trt.LayerType.PLUGIN_V3, trt.IPluginV3Layer)
@@ -78,7 +117,7 @@ def plugin_v3(layer: object, ctx: Context) -> Kernel:
 
     if not is_plugin_cache_update(layer):
         raise ctx.unsupported("a plugin other than trt_kv's KV-cache update")
-    return _cache_update(layer.num_inputs > 3 and layer.get_input(3) is not None)
+    return _cache_update(layer.num_inputs > 3 and layer.get_input(3) is not None, ctx.fast)
 
 
 def _unpack(x: Array, cumulative: Array) -> list[Array]:
@@ -133,7 +172,7 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
     compute = ctx.compute
 
     def attend(q: Array, k: Array, v: Array, **kw: object) -> Array:
-        k, v = k.astype(compute, copy=False), v.astype(compute, copy=False)
+        k, v = widen_to(k, compute), widen_to(v, compute)
         return ops.attention(q, k, v, causal=causal, scale=1.0, **kw)
 
     def run(x: Inputs) -> Array:

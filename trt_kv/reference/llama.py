@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv.models.llama.config import LlamaConfig
-from trt_kv.models.llama.rope import rope_tables
+from trt_kv.models.llama.rope import rope_row_ids, rope_rows
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
 from trt_kv.reference.ops import (
     apply_rope,
@@ -61,20 +61,21 @@ def _attention_block(
     lw: LayerWeights,
     x: np.ndarray,
     positions: np.ndarray,
-    rope: tuple[np.ndarray, np.ndarray],
+    rope: tuple[np.ndarray, np.ndarray, np.ndarray],
     cache: tuple[np.ndarray, np.ndarray],
     write_indices: np.ndarray,
     kv_lengths: np.ndarray,
 ) -> np.ndarray:
     """``x [B, S, D]`` -> ``[B, S, D]``; writes this step's K/V into ``cache`` in place.
-    ``rope``: the (cos, sin) tables ``[S_max, H/2]``."""
+    ``rope``: the (cos, sin) tables ``[T, R/2]`` of :func:`rope_rows` and each token's row
+    ``[B, S]``."""
     b, s, _ = x.shape
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     q = _heads(cfg, _project(x, lw.wq, lw.bq), nq, lw.q_norm)  # [B, Nq, S, H]
     k = _heads(cfg, _project(x, lw.wk, lw.bk), nkv, lw.k_norm)  # [B, Nkv, S, H]
     v = _heads(cfg, _project(x, lw.wv, lw.bv), nkv)
-    q = apply_rope(q, *rope, positions, rotary_dim=cfg.rotary_dim)
-    k = apply_rope(k, *rope, positions, rotary_dim=cfg.rotary_dim)
+    q = apply_rope(q, *rope, rotary_dim=cfg.rotary_dim)
+    k = apply_rope(k, *rope, rotary_dim=cfg.rotary_dim)
     k_all = kv_cache_update_(cache[0], k.astype(cache[0].dtype), write_indices)
     v_all = kv_cache_update_(cache[1], v.astype(cache[1].dtype), write_indices)
     n = int(kv_lengths.max())  # keys past every sequence's length are never seen
@@ -96,6 +97,7 @@ def forward(
     caches: Caches,
     write_indices: np.ndarray,
     kv_lengths: np.ndarray,
+    rope_lengths: np.ndarray | None = None,
 ) -> np.ndarray:
     """One prefill or decode step.
 
@@ -105,6 +107,10 @@ def forward(
         caches: per-layer ``(K, V)`` ``[B, N_kv, S_max, H]``, updated in place.
         write_indices: ``[B]`` first cache row written per sequence.
         kv_lengths: ``[B]`` valid keys per sequence after this step.
+        rope_lengths: ``[B]`` each sequence's length after the request this step belongs to
+            (default ``kv_lengths``; a chunked prefill's chunks pass the last chunk's): with
+            longrope, the long table where it exceeds ``original_max_position_embeddings``
+            (:mod:`trt_kv.models.llama.rope`).
 
     Returns:
         logits ``[B, S, V]`` in the weights' dtype.
@@ -112,7 +118,9 @@ def forward(
     x = w.embed[input_ids]  # [B, S, D]
     if cfg.embed_scale:  # sqrt(D) rounded to the compute dtype first, as Hugging Face does
         x = x * np.asarray(cfg.hidden_size**0.5, x.dtype)
-    rope = rope_tables(cfg, caches[0][0].shape[2])  # computed once per step, not per layer
+    s_max = caches[0][0].shape[2]
+    rows = rope_row_ids(cfg, positions, kv_lengths if rope_lengths is None else rope_lengths, s_max)
+    rope = (*rope_rows(cfg, s_max), rows)  # computed once per step, not per layer
     for i, (lw, cache) in enumerate(zip(w.layers, caches)):
         x = x + _attention_block(
             cfg,

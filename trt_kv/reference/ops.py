@@ -290,9 +290,12 @@ def attention(
     # rows past key_value_lengths): their values are zeroed per query head, [B, Nkv, G|1, Skv, H]
     # (one copy per KV head when the keep mask is the same for every head).
     seen = keep.any(axis=-2)  # [B, 1 or Nq, Skv]
-    heads = (1, 1) if seen.shape[1] == 1 else (nkv, group)
-    seen = seen.reshape(seen.shape[0], *heads, skv, 1)
-    v = np.where(seen, v[:, :, None], 0).astype(v.dtype, copy=False)
+    if seen.all():  # every key reaches some query: nothing to zero, V is read as it is
+        v = v[:, :, None]
+    else:
+        heads = (1, 1) if seen.shape[1] == 1 else (nkv, group)
+        seen = seen.reshape(seen.shape[0], *heads, skv, 1)
+        v = np.where(seen, v[:, :, None], 0).astype(v.dtype, copy=False)
     peak = np.max(scores, axis=-1, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
     scores -= peak

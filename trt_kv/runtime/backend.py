@@ -10,12 +10,15 @@ from typing import Protocol
 
 import numpy as np
 
+from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.network import (
     INPUT_IDS,
     KV_LENGTHS,
     LAST_TOKEN_ROWS,
     POSITION_IDS,
+    ROPE_LENGTHS,
 )
+from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.storage import CacheStorage
 
@@ -27,6 +30,9 @@ class Backend(Protocol):
     storage: CacheStorage
     max_step_tokens: int  # most new tokens per sequence in one step (S bound)
     vocab_size: int
+    # longrope's original_max_position_embeddings when S_max can pass it (generate prefills a
+    # sequence again when it crosses it), else None: see trt_kv.models.llama.rope
+    long_rope_after: int | None
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """Run ``plan`` on ``storage`` (caches updated in place); logits ``[B, V]`` float32."""
@@ -41,10 +47,18 @@ def step_feed(plan: StepPlan, input_names: set[str] | frozenset[str]) -> dict[st
         WRITE_INDICES: plan.write_indices,
         KV_LENGTHS: plan.kv_lengths,
         LAST_TOKEN_ROWS: plan.last_token_rows,
+        ROPE_LENGTHS: plan.rope_lengths,
     }
     if UPDATE_LENGTHS in input_names:
         feed[UPDATE_LENGTHS] = plan.update_lengths
     return {k: v for k, v in feed.items() if k in input_names}
+
+
+def long_rope_after_of(metadata: dict) -> int | None:
+    """:func:`~trt_kv.models.llama.rope.long_rope_after` of an engine, from its sidecar
+    metadata (``config``, ``max_seq_len``)."""
+    config = LlamaConfig.from_json(metadata["config"])
+    return long_rope_after(config, metadata["max_seq_len"])
 
 
 def last_token_logits(logits: np.ndarray, plan: StepPlan) -> np.ndarray:

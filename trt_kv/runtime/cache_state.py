@@ -35,6 +35,10 @@ class StepPlan:
     write_indices: np.ndarray  # [B] int32, first row written (= length before the step)
     kv_lengths: np.ndarray  # [B] int32, valid keys after the step
     last_token_rows: np.ndarray  # [B] int32, b * S + counts[b] - 1
+    # [B] int32, each sequence's length after the whole request: kv_lengths, except in the
+    # chunks of a chunked prefill (the last chunk's). It picks longrope's table, as one Hugging
+    # Face forward of the request would.
+    rope_lengths: np.ndarray
 
     @property
     def slots(self) -> range:
@@ -231,6 +235,7 @@ class CacheState:
             position_ids=start[:, None] + np.arange(s, dtype=np.int64)[None, :],
             write_indices=start.astype(np.int32),
             kv_lengths=(start + counts).astype(np.int32),
+            rope_lengths=(start + counts).astype(np.int32),
             last_token_rows=(np.arange(b) * s + counts - 1).astype(np.int32),
         )
 

@@ -4,14 +4,16 @@ Chunk c feeds tokens ``[c * W, (c + 1) * W)`` of every sequence that still has s
 per run of consecutive slots (a step binds one contiguous window of cache slots). Every chunk
 is planned on a scratch copy of the cache state before anything runs, so a request that would
 overflow in its last chunk fails before its first one. Chunk c + 1 attends to the rows chunk c
-wrote, so the logits equal one long prefill's (up to float rounding).
+wrote, so the logits equal one long prefill's (up to float rounding); every chunk carries the
+request's final lengths (``StepPlan.rope_lengths``), so longrope picks the table one long
+prefill would.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -70,13 +72,16 @@ def plan_chunks(
         for k in range(len(tokens)):
             scratch.reset(lo + k)
     lengths = [len(t) for t in tokens]
-    chunks = []
+    chunks: list[Chunk] = []
     for start in range(0, max(lengths, default=1), width):
         active = [k for k, n in enumerate(lengths) if n > start or start == 0]
         for run in _runs(active):
             part = [list(tokens[k][start : start + width]) for k in run]
             plan = scratch.plan(range(lo + run[0], lo + run[-1] + 1), part)
             scratch.commit(plan)
+            if not chunks:  # the first chunk feeds (and checked) every sequence
+                final = plan.write_indices + np.array(lengths, np.int32)  # [B] after the request
+            plan = replace(plan, rope_lengths=final[run])  # longrope: one table per request
             last = tuple((k, row) for row, k in enumerate(run) if lengths[k] <= start + width)
             chunks.append(Chunk(plan, last))
     return chunks

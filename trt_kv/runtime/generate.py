@@ -1,4 +1,12 @@
-"""The decode loop: prefill once, then one token per sequence per step."""
+"""The decode loop: prefill once, then one token per sequence per step.
+
+Longrope (Phi-3) with S_max past ``original_max_position_embeddings``: a sequence whose next
+token takes it past that length is prefilled again, from its first token, at that step
+(every key then rotated by the long table), as Hugging Face's Phi-3 ``generate`` does
+(``Phi3ForCausalLM.prepare_inputs_for_generation`` drops the cache there). Hugging Face
+does it for the whole batch when its longest row crosses; trt_kv per sequence, when that
+sequence crosses: each sequence gets the ids Hugging Face gives it alone.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +29,9 @@ class Generation:
 
     Prefill is the one ``session.prefill`` call over every prompt token; its logits give each
     sequence its first new token. Decode is everything after it (sampling, streaming, the
-    ``steps - 1`` ``session.decode`` calls), so its tokens are the new tokens but the first
-    of each sequence.
+    ``steps - 1`` ``session.decode`` calls, longrope's prefill again of a sequence that
+    crosses its original length), so its tokens are the new tokens but the first of each
+    sequence.
     """
 
     ids: list[list[int]]  # generated ids only, one list per prompt
@@ -122,6 +131,7 @@ def generate(
             break
         logits = session.decode(next_ids)
         steps += 1
+        _recompute_long_rope(session, prompts, out, done, logits)
     end = time.perf_counter()
     if shown is not None:
         shown.close()
@@ -133,3 +143,22 @@ def generate(
         prefill_seconds=prefilled - start,
         decode_seconds=end - prefilled,
     )
+
+
+def _recompute_long_rope(
+    session: Session,
+    prompts: Sequence[Sequence[int]],
+    out: list[list[int]],
+    done: list[bool],
+    logits: np.ndarray,
+) -> None:
+    """Prefill again each live sequence the last decode step took past longrope's original
+    length (its cached keys were rotated by the short table), and put its logits ``[V]``
+    into ``logits [B, V]`` in place."""
+    after = session.backend.long_rope_after
+    if after is None:
+        return
+    for k, prompt in enumerate(prompts):
+        if not done[k] and session.length(k) == after + 1:
+            history = [*map(int, prompt), *out[k]]
+            logits[k] = session.prefill([history], lo=k)[0]

@@ -7,6 +7,7 @@ import numpy as np
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.interpreter import compile_network
 from trt_kv.models.llama.network import LOGITS, LlamaNetwork
+from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.runtime.backend import last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.profiles import select_profile
@@ -30,6 +31,7 @@ class InterpreterBackend:
         )
         self.max_step_tokens = net.max_step_tokens
         self.vocab_size = net.config.vocab_size
+        self.long_rope_after = long_rope_after(net.config, net.max_seq_len)
         self.profile: int | None = None  # the profile of the last step
 
     def run(self, plan: StepPlan) -> np.ndarray:

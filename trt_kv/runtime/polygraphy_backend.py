@@ -19,7 +19,7 @@ import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.models.llama.network import LOGITS
-from trt_kv.runtime.backend import last_token_logits, step_feed
+from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.device import DeviceCaches
 from trt_kv.runtime.engine_loader import load_cuda_engine
@@ -65,6 +65,7 @@ class PolygraphyBackend:
         md = self.meta.metadata
         self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
+        self.long_rope_after = long_rope_after_of(md)
         self.storage = DeviceCaches(self.meta.aliases, capacity or md["max_batch"])
         self.inputs = frozenset(t.name for t in self.meta.inputs)
         self.view_dtypes = {

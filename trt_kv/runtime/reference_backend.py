@@ -7,6 +7,7 @@ import numpy as np
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.weights import LlamaWeights
 from trt_kv.reference.llama import forward
 from trt_kv.runtime.backend import last_token_logits
@@ -43,6 +44,7 @@ class ReferenceBackend:
         self.storage = HostCaches(llama_cache_aliases(config, max_seq_len, "float32"), capacity)
         self.max_step_tokens = max_step_tokens or max_seq_len
         self.vocab_size = config.vocab_size
+        self.long_rope_after = long_rope_after(config, max_seq_len)
 
     def run(self, plan: StepPlan) -> np.ndarray:
         window = self.storage.window(plan.lo, len(plan.counts))
@@ -58,5 +60,6 @@ class ReferenceBackend:
             caches,
             plan.write_indices,
             plan.kv_lengths,
+            plan.rope_lengths,
         )
         return last_token_logits(logits, plan)

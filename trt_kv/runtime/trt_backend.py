@@ -31,7 +31,7 @@ import numpy as np
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, EngineRunError, mismatch
 from trt_kv.models.llama.network import LOGITS
-from trt_kv.runtime.backend import last_token_logits, step_feed
+from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.device import DeviceCaches
@@ -75,6 +75,7 @@ class TrtBackend:
         md = self.meta.metadata
         self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
+        self.long_rope_after = long_rope_after_of(md)
         capacity = capacity or md["max_batch"]
         self.runtime_config = None  # outlives the context that uses it
         if self.graph_mode == "runtime":

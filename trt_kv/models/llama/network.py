@@ -4,7 +4,10 @@ Inputs (B sequences, S new tokens each, padded on the right):
     input_ids [B, S] int32, position_ids [B, S] int64, write_indices [B] int32,
     last_token_rows [B] int32 (row of each sequence's last new token in the flattened
     [B * S] tokens; absent with ``all_logits``), key_value_lengths [B] int32 (only with the
-    ``key_value_lengths`` route option), past_key.{i} / past_value.{i} [B, N_kv, S_max, H].
+    ``key_value_lengths`` route option), rope_lengths [B] int32 (only for longrope with
+    S_max past ``original_max_position_embeddings``: each sequence's length after the
+    request, which picks the short or long table), past_key.{i} / past_value.{i}
+    [B, N_kv, S_max, H].
 Outputs: logits [B, V] float32 (or [B, S, V] with ``all_logits``), present_key.{i} /
     present_value.{i} aliasing the cache inputs.
 
@@ -35,6 +38,7 @@ from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_querie
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
+from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
 from trt_kv.models.llama.window import window_masks
@@ -42,6 +46,7 @@ from trt_kv.progress import track
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
+ROPE_LENGTHS = "rope_lengths"
 DECODE, PREFILL = "decode", "prefill"
 
 
@@ -184,9 +189,11 @@ def build_llama_network(
     window = None
     if any(cfg.window(i) is not None for i in range(cfg.num_hidden_layers)):
         window = window_masks(g, masks, position_ids, cfg.sliding_window, max_seq_len)
-    shared = _Shared(
-        chosen, add_rope(g, chosen.rope, cfg, position_ids, max_seq_len), masks, window, caches
-    )
+    rope_lengths = None
+    if long_rope_after(cfg, max_seq_len) is not None:
+        rope_lengths = network.add_input(ROPE_LENGTHS, trt.int32, (-1,))
+    rope = add_rope(g, chosen.rope, cfg, position_ids, max_seq_len, rope_lengths)
+    shared = _Shared(chosen, rope, masks, window, caches)
 
     embed = g.const(weights.embed)  # [V, D]
     x = g.gather(embed, input_ids, 0)  # [B, S, D]
@@ -232,7 +239,7 @@ def _profile(
     tokens = ((1, 1), (b, s_opt), (b, s))
     per_seq = ((1,), (b,), (b,))
     shapes = {INPUT_IDS: tokens, POSITION_IDS: tokens}
-    for per_sequence_input in ("write_indices", KV_LENGTHS, LAST_TOKEN_ROWS):
+    for per_sequence_input in ("write_indices", KV_LENGTHS, LAST_TOKEN_ROWS, ROPE_LENGTHS):
         if per_sequence_input in inputs:
             shapes[per_sequence_input] = per_seq
     cache = lambda n: ((n, cfg.num_key_value_heads, s_max, cfg.head_dim),)  # noqa: E731

@@ -1,9 +1,12 @@
 """RoPE in the network, by route: TensorRT's rotary layer, or elementwise layers.
 
 Both read the float32 tables of :mod:`trt_kv.models.llama.rope`, stored in the compute dtype
-(Hugging Face casts cos/sin to the activations' dtype too).
+(Hugging Face casts cos/sin to the activations' dtype too). With longrope past its original
+length the tables stack short and long rows ``[2 * S_max, R/2]``, and both routes read the row
+``position + S_max * (rope_lengths[b] > original_max_position_embeddings)``: the choice of
+table is made in the network, per sequence and per step.
 
-- ``rotary_layer``: ``add_rotary_embedding(x, cos [S_max, H/2], sin, position_ids [B, S])``.
+- ``rotary_layer``: ``add_rotary_embedding(x, cos [T, R/2], sin, rows [B, S])``.
 - ``elementwise``: ``x * cos[pos] + rotate_half(x) * sin[pos]`` as Hugging Face writes it:
   rotate-half is a gather of ``x`` along H with constant indices, its sign folds into a signed
   sine table ``[-sin, sin]``, and cos/sin rows ``[B, 1, S, H]`` are gathered by position once
@@ -16,9 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trt_kv._trt import trt
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
-from trt_kv.models.llama.rope import rope_tables
+from trt_kv.models.llama.rope import long_rope_after, rope_rows
+
+_GREATER = trt.ElementWiseOperation.GREATER
 
 
 @dataclass(frozen=True)
@@ -26,9 +32,10 @@ class Rope:
     """The per-network tensors every RoPE application reads."""
 
     route: str  # "rotary_layer" or "elementwise"
-    position_ids: object  # [B, S] int64
-    cos: object  # rotary_layer: [S_max, H/2]; elementwise: [B, 1, S, H]
-    sin: object  # rotary_layer: [S_max, H/2]; elementwise: [B, 1, S, H], signed
+    position_ids: object  # [B, S] int64, the table row of each token (its position, or
+    # position + S_max for longrope's long rows)
+    cos: object  # rotary_layer: [T, R/2]; elementwise: [B, 1, S, H]
+    sin: object  # rotary_layer: [T, R/2]; elementwise: [B, 1, S, H], signed
     rotate: object | None  # elementwise: [H] int32, the rotate-half source of each dim
     rotary_dim: int  # rotary_layer: R, the leading dims that rotate (0: all H)
 
@@ -51,22 +58,35 @@ def rotate_half_tables(
 
 
 def add_rope(
-    g: Graph, route: str, config: LlamaConfig, position_ids: object, max_seq_len: int
+    g: Graph,
+    route: str,
+    config: LlamaConfig,
+    position_ids: object,
+    max_seq_len: int,
+    rope_lengths: object | None = None,
 ) -> Rope:
     """The RoPE tensors of ``route`` for positions ``position_ids [B, S]`` int64 below
-    ``max_seq_len``."""
-    cos, sin = rope_tables(config, max_seq_len)  # [S_max, R/2] float32
+    ``max_seq_len``; ``rope_lengths [B]`` int32 picks longrope's table per sequence (needed
+    when :func:`~trt_kv.models.llama.rope.long_rope_after` is set, else unused)."""
+    cos, sin = rope_rows(config, max_seq_len)  # [T, R/2] float32
+    rows = position_ids
+    after = long_rope_after(config, max_seq_len)
+    if after is not None:  # row = position + S_max where rope_lengths[b] > original
+        long = g.eltwise(rope_lengths, g.const(np.full(1, after), "int32"), _GREATER)  # [B]
+        shift = g.const(np.full(1, max_seq_len), "int64")
+        offset = g.network.add_select(long, shift, g.const(np.zeros(1), "int64")).get_output(0)
+        rows = g.add(position_ids, g.shuffle(offset, (-1, 1)))  # [B, S] + [B, 1]
     h = config.head_dim
     if route == "rotary_layer":
         dim = 0 if config.rotary_dim == h else config.rotary_dim  # 0: the whole head
-        return Rope(route, position_ids, g.const(cos), g.const(sin), None, dim)
+        return Rope(route, rows, g.const(cos), g.const(sin), None, dim)
     cos_full, signed_sin, rotate = rotate_half_tables(cos, sin, h)
 
-    def rows(table: np.ndarray) -> object:  # [S_max, H] gathered by position -> [B, 1, S, H]
-        return g.shuffle(g.gather(g.const(table), position_ids, 0), (0, 1, -1, h))
+    def gathered(table: np.ndarray) -> object:  # [T, H] gathered by row -> [B, 1, S, H]
+        return g.shuffle(g.gather(g.const(table), rows, 0), (0, 1, -1, h))
 
     rotate = g.const(rotate, "int32")
-    return Rope(route, position_ids, rows(cos_full), rows(signed_sin), rotate, 0)
+    return Rope(route, rows, gathered(cos_full), gathered(signed_sin), rotate, 0)
 
 
 def apply_rope(g: Graph, rope: Rope, x: object) -> object:
