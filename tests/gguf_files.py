@@ -33,7 +33,7 @@ def write_gguf(path: Path, arch: str, metadata: dict, tensors: dict) -> Path:
             writer.add_float32(key, value)
         elif isinstance(value, str):
             writer.add_string(key, value)
-        elif value and isinstance(value[0], str):
+        elif value and isinstance(value[0], (str, float)):
             writer.add_array(key, value)
         else:
             writer.add_key_value(key, list(value), GGUFValueType.ARRAY, GGUFValueType.INT32)
@@ -223,10 +223,32 @@ def write_family_gguf(path: Path, model, arch: str, dtype=np.float32, **meta) ->
     return write_gguf(path, arch, metadata, family_gguf_tensors(model, arch, dtype))
 
 
+def trained_vocabulary(corpus, pre_tokenizer, vocab_size, special=(), alphabet=True):
+    """``(tokens by id, merges as "a b")`` of a BPE the ``tokenizers`` trainer learns on
+    ``corpus`` (repeated 10 times) split by ``pre_tokenizer``; ``alphabet``: start from the
+    256 byte-level characters."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(special),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if alphabet else [],
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus) * 10, trainer)
+    model = json.loads(tok.to_str())["model"]
+    return sorted(model["vocab"], key=model["vocab"].get), [" ".join(m) for m in model["merges"]]
+
+
 __all__ = [
     "GGMLQuantizationType",
     "llama_gguf_tensors",
     "llama_metadata",
+    "trained_vocabulary",
     "write_family_gguf",
     "write_gguf",
 ]

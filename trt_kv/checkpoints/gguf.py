@@ -26,6 +26,7 @@ from trt_kv.checkpoints.gguf_archs import (
 )
 from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
+from trt_kv.progress import track
 
 
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -102,28 +103,35 @@ def _dequantize(tensor: object, dtype: np.dtype, path: Path) -> np.ndarray:
     return np.asarray(array, dtype=dtype).reshape(shape)
 
 
-def _tokenizer(fields: _Fields) -> TextTokenizer:
+def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
     ids = {
         "bos_token": fields.get("tokenizer.ggml.bos_token_id"),
         "eos_token": fields.get("tokenizer.ggml.eos_token_id"),
         "unk_token": fields.get("tokenizer.ggml.unknown_token_id"),
         "pad_token": fields.get("tokenizer.ggml.padding_token_id"),
     }
+    model = fields.require("tokenizer.ggml.model")
     return TextTokenizer.from_gguf_vocab(
-        model=fields.require("tokenizer.ggml.model"),
+        model=model,
         pre=fields.get("tokenizer.ggml.pre", "default"),
         tokens=fields.require("tokenizer.ggml.tokens"),
         merges=fields.get("tokenizer.ggml.merges", []),
+        scores=fields.get("tokenizer.ggml.scores", []),
         token_types=fields.get("tokenizer.ggml.token_type", []),
         special_ids={k: (None if v is None else int(v)) for k, v in ids.items()},
-        add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", False)),
+        # llama.cpp (and transformers) add BOS to a SentencePiece vocabulary that does not
+        # say otherwise
+        add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", model == "llama")),
+        add_space_prefix=bool(fields.get("tokenizer.ggml.add_space_prefix", True)),
+        space_pieces=arch.space_pieces,
         chat_template=fields.get("tokenizer.chat_template"),
     )
 
 
 def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoint:
     """Read a GGUF file: config from metadata, every tensor dequantized to ``dtype`` under its
-    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer.
+    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer. A
+    progress bar counts the tensors dequantized (see :mod:`trt_kv.progress`).
 
     Raises:
         ConfigError: a missing or malformed file, an architecture not in ``ARCHITECTURES``
@@ -154,7 +162,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         "self_attn.k_proj": config.get("num_key_value_heads") or heads,
     }
     tensors: dict[str, np.ndarray] = {}
-    for name, hf_name in names.items():
+    for name, hf_name in track(names.items(), f"dequantize {path.name}", unit="tensor"):
         array = _dequantize(by_name[name], np.dtype(dtype), path)
         if arch.permuted:
             for proj, n_head in permuted.items():
@@ -170,5 +178,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         tensors=tensors,
         eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos if e is not None)),
         source=str(path),
-        tokenizer_loader=partial(_tokenizer, fields) if "tokenizer.ggml.model" in fields else None,
+        tokenizer_loader=partial(_tokenizer, fields, arch)
+        if "tokenizer.ggml.model" in fields
+        else None,
     )

@@ -12,7 +12,8 @@ mistral3      mistral      as llama (newer converters; YaRN / attention temperat
 qwen2         qwen2        nothing (q/k/v biases stored as is)
 qwen3         qwen3        nothing; per-head ``attn_q_norm`` / ``attn_k_norm``
 gemma         gemma        RMSNorm weights stored as ``1 + w`` (``GemmaModel.modify_tensors``);
-                           no activation key (GELU-tanh), no RoPE base (10000), tied head
+                           no activation key (GELU-tanh), no RoPE base (10000), tied head;
+                           vocabulary pieces of only spaces written with real spaces
 phi3          phi3         fused ``attn_qkv`` and ``ffn_up`` (gate rows, then up) kept fused;
                            partial rotary as ``rope.dimension_count``; ``sliding_window`` 0 =
                            none; longrope factors as ``rope_factors_short/long`` tensors
@@ -95,6 +96,7 @@ class GgufArchitecture:
     window_model_type: str | None = None  # model_type a sliding window makes; None: refused
     partial_rotary: bool = False  # rope.dimension_count < head size is partial rotary
     defaults: Mapping[str, object] = field(default_factory=dict)  # keys the file never states
+    space_pieces: bool = False  # vocabulary pieces of only spaces stored with real spaces
 
 
 ARCHITECTURES: dict[str, GgufArchitecture] = {
@@ -110,7 +112,10 @@ ARCHITECTURES: dict[str, GgufArchitecture] = {
         },
     ),
     "gemma": GgufArchitecture(
-        "gemma", norm_offset=1.0, defaults={"hidden_act": "gelu_pytorch_tanh"}
+        "gemma",
+        norm_offset=1.0,
+        defaults={"hidden_act": "gelu_pytorch_tanh"},
+        space_pieces=True,
     ),
     "phi3": GgufArchitecture(
         "phi3",

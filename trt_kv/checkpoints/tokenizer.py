@@ -13,30 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import Tokenizer, decoders, processors
 
+from trt_kv.checkpoints.gguf_vocab import GGUF_PRE_TOKENIZERS, gguf_vocab_tokenizer
 from trt_kv.errors import ConfigError, mismatch
-
-# GGUF token types (llama.cpp's llama_token_type): 3 = control (special), 4 = user defined.
-_CONTROL, _USER_DEFINED = 3, 4
-
-
-def _byte_level_pre(digits_apart: bool) -> object:
-    """GPT-2's split and byte alphabet; ``digits_apart`` first splits off every digit."""
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if not digits_apart:
-        return byte_level
-    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-
-
-# tokenizer.ggml.pre -> the pre-tokenizer its merges were learned with. llama.cpp's "smollm"
-# splits every digit off, then applies GPT-2's split (as SmolLM2's tokenizer.json does).
-
-GGUF_PRE_TOKENIZERS = {
-    "default": lambda: _byte_level_pre(False),
-    "gpt2": lambda: _byte_level_pre(False),
-    "smollm": lambda: _byte_level_pre(True),
-}
 
 
 class TextTokenizer:
@@ -152,31 +132,34 @@ class TextTokenizer:
         special_ids: dict[str, int | None],
         add_bos: bool,
         chat_template: str | None,
+        scores: Sequence[float] = (),
+        add_space_prefix: bool = True,
+        space_pieces: bool = False,
     ) -> TextTokenizer:
-        """A byte-level BPE tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata.
+        """A tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata (see
+        :func:`~trt_kv.checkpoints.gguf_vocab.gguf_vocab_tokenizer`).
 
         Args:
-            model: ``tokenizer.ggml.model``; only "gpt2" (byte-level BPE) is built.
-            pre: ``tokenizer.ggml.pre``, one of ``GGUF_PRE_TOKENIZERS``.
+            model: ``tokenizer.ggml.model``: "gpt2" (byte-level BPE) or "llama" (SentencePiece
+                BPE, merges from ``scores``).
+            pre: ``tokenizer.ggml.pre``, one of ``GGUF_PRE_TOKENIZERS`` (byte-level BPE only).
             special_ids: "bos_token"/"eos_token"/"unk_token"/"pad_token" -> id or None.
+            add_space_prefix: ``tokenizer.ggml.add_space_prefix`` (SentencePiece only).
+            space_pieces: pieces of only spaces are stored with real spaces (Gemma's files).
 
         Raises:
             ConfigError: another tokenizer model or pre-tokenizer.
         """
-        if model != "gpt2":
-            raise ConfigError(mismatch("tokenizer.ggml.model", "", "gpt2 (byte-level BPE)", model))
-        if pre not in GGUF_PRE_TOKENIZERS:
-            raise ConfigError(
-                mismatch("tokenizer.ggml.pre", "one of", sorted(GGUF_PRE_TOKENIZERS), repr(pre))
-            )
-        vocab = {t: i for i, t in enumerate(tokens)}
-        pairs = [tuple(m.split(" ", 1)) for m in merges]
-        tokenizer = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
-        tokenizer.pre_tokenizer = GGUF_PRE_TOKENIZERS[pre]()
-        tokenizer.decoder = decoders.ByteLevel()
-        added = [(t, k) for t, k in zip(tokens, token_types) if k in (_CONTROL, _USER_DEFINED)]
-        tokenizer.add_special_tokens(  # kept whole; control tokens are dropped by decode
-            [AddedToken(t, special=k == _CONTROL, normalized=False) for t, k in added]
+        tokenizer = gguf_vocab_tokenizer(
+            model=model,
+            pre=pre,
+            tokens=tokens,
+            merges=merges,
+            scores=scores,
+            token_types=token_types,
+            unk=special_ids.get("unk_token"),
+            add_space_prefix=add_space_prefix,
+            space_pieces=space_pieces,
         )
         bos = special_ids.get("bos_token")
         if add_bos and bos is not None:
@@ -197,3 +180,6 @@ def _token_text(value: object) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
     return value if isinstance(value, str) else None
+
+
+__all__ = ["GGUF_PRE_TOKENIZERS", "TextTokenizer"]

@@ -232,4 +232,4 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
 @handles_optional("attention", "ATTENTION_OUTPUT", "IAttentionBoundaryLayer")
 def attention_output(layer: object, ctx: Context) -> object:
     """The attention result computed by the matching ATTENTION_INPUT layer."""
-    return lambda x: x[0]
+    return Kernel(lambda x: x[0], moves=True)
