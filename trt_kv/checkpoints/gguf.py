@@ -167,7 +167,10 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
                 if f".{proj}." in hf_name and n_head:
                     array = unpermute_rows(array, int(n_head))
         if arch.norm_offset and hf_name.endswith("norm.weight"):
-            array = (array.astype(np.float32) - np.float32(arch.norm_offset)).astype(dtype)
+            # minus the offset in float32, then rounded to dtype once: float16(1 + w) - 1
+            # would carry 1's rounding step (2**-11) into every small w
+            stored = _dequantize(by_name[name], np.dtype(np.float32), path)
+            array = (stored - np.float32(arch.norm_offset)).astype(dtype)
         tensors[hf_name] = array
     eos = [fields.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
     return Checkpoint(
