@@ -11,6 +11,7 @@ a few ulps, from BLAS summation order), and NaN in unwritten cache rows stays ou
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from trt_kv._trt import trt
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.builder.routes import Routes
 from trt_kv.interpreter import compile_network
+from trt_kv.models.family import FULL, SLIDING
 from trt_kv.models.llama import build_llama_network, random_weights
 
 S_MAX = 24
@@ -48,34 +50,57 @@ STEPS = [
 ]
 
 
-ROUTES = {
-    "mask_only": Routes(),  # attention bounded by the causal mask alone
-    "key_value_lengths": Routes(key_value_lengths=True),
-    "primitive": Routes(attention="primitive"),  # matrix multiplies and softmax layers
+# A window of 3 on layer 0 (layer 1 full): the steps below move keys out of it.
+WINDOWED = replace(TINY_GQA, sliding_window=3, layer_types=(SLIDING, FULL))
+ROUTES = {  # name -> (config, routes)
+    "mask_only": (TINY_GQA, Routes()),  # attention bounded by the causal mask alone
+    "key_value_lengths": (TINY_GQA, Routes(key_value_lengths=True)),
+    "primitive": (TINY_GQA, Routes(attention="primitive")),  # matmuls and softmax layers
+    "rope_elementwise": (TINY_GQA, Routes(rope="elementwise")),  # gather + pointwise RoPE
+    "sliding_window": (WINDOWED, Routes()),
+    "sliding_window_primitive": (WINDOWED, Routes(attention="primitive")),
 }
 
 
-@pytest.mark.parametrize("routes", list(ROUTES.values()), ids=list(ROUTES))
+@pytest.mark.parametrize(("config", "routes"), list(ROUTES.values()), ids=list(ROUTES))
 @pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
-def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, routes):
+def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, config, routes):
     """float32: a few ulps (BLAS summation order). float16 networks round every tensor, so a
     last-bit float32 difference before a rounding can move that tensor by one float16 ulp
     (~1e-3 relative): the tolerance allows a few of them."""
-    net = build_llama_network(
-        TINY_GQA,
-        random_weights(TINY_GQA, seed=5),
+    caches = _run_fast_and_plain(_network(config, dtype, 2, routes), dtype, rtol, STEPS)
+    final = np.array(STEPS[-1][3])
+    for name in caches["fast"]:
+        fast, plain = caches["fast"][name], caches["plain"][name]
+        for b, n in enumerate(final):
+            assert np.isnan(fast[b, :, n:]).all() and np.isnan(plain[b, :, n:]).all()
+            np.testing.assert_allclose(fast[b, :, :n], plain[b, :, :n], rtol=rtol, atol=rtol)
+
+
+def _network(config: object, dtype: str, batch: int, routes: Routes | None = None) -> object:
+    """The tiny Llama network (S_max 24, steps of up to 4 tokens, seeded weights)."""
+    return build_llama_network(
+        config,
+        random_weights(config, seed=5),
         max_seq_len=S_MAX,
-        max_batch=2,
+        max_batch=batch,
         max_step_tokens=4,
         dtype=dtype,
         routes=routes,
     )
+
+
+def _run_fast_and_plain(net: object, dtype: str, rtol: float, steps: list) -> dict:
+    """Run ``steps`` (ids, positions, write indices, lengths, last-token rows) on a fast and a
+    plain plan of ``net``, each on its own NaN-filled caches; assert finite logits that agree
+    within ``rtol`` of their scale; return the caches by plan kind."""
     plans = {
         "fast": compile_network(net.network),
         "plain": compile_network(net.network, fast=False),
     }
-    caches = {kind: _caches(dtype) for kind in plans}
-    for ids, positions, write, lengths, rows in STEPS:
+    batch = len(steps[0][0])
+    caches = {kind: {k: v[:batch].copy() for k, v in _caches(dtype).items()} for kind in plans}
+    for ids, positions, write, lengths, rows in steps:
         logits = {}
         for kind, plan in plans.items():
             feed = {
@@ -91,12 +116,7 @@ def test_llama_network_fast_and_plain_agree_and_keep_nan_out(dtype, rtol, routes
         assert np.isfinite(logits["fast"]).all()
         scale = float(np.abs(logits["plain"]).max())
         np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)
-    final = np.array(STEPS[-1][3])
-    for name in caches["fast"]:
-        fast, plain = caches["fast"][name], caches["plain"][name]
-        for b, n in enumerate(final):
-            assert np.isnan(fast[b, :, n:]).all() and np.isnan(plain[b, :, n:]).all()
-            np.testing.assert_allclose(fast[b, :, :n], plain[b, :, :n], rtol=rtol, atol=rtol)
+    return caches
 
 
 def _linear_net(transpose: bool) -> Net:
@@ -141,3 +161,83 @@ def test_intermediates_are_dropped_after_their_last_reader():
     tracemalloc.stop()
     np.testing.assert_allclose(out, feed["x"] + sum(1.0 + i for i in range(24)), rtol=1e-6)
     assert peak < 5 * 2**20, f"peak {peak / 2**20:.1f} MiB for 1 MiB tensors"
+
+
+def test_wide_head_read_transposed_fast_and_plain_agree():
+    """``x [8, 512] @ W^T`` with W ``[2048, 512]`` stored as is (an embedding tied to the
+    head): the fast plan runs it as ``(W x^T)^T``; same values within float32 rounding."""
+    net = Net()
+    x = net.input("x", "float32", (-1, 512))
+    w = rand(2048, 512, seed=7)
+    product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+    net.mark(product.get_output(0))
+    feed = {"x": rand(8, 512, seed=8)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    expected = feed["x"].astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(feed["x"]) @ np.abs(w.T)  # float32 rounding is relative to this sum
+    assert (np.abs(fast - expected) <= 1e-6 * scale).all()
+    assert (np.abs(fast - plain) <= 1e-6 * scale).all()
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_tied_embedding_gathered_and_read_transposed_fast_and_plain_agree(rows):
+    """A vocabulary-sized table ``[32768, 512]`` gathered by token and tied to the head: the
+    fast plan keeps it as is for the gather and wide products, and a transposed copy for
+    one-row products; gathered rows are exact, logits agree within float32 rounding."""
+    net = Net()
+    ids = net.input("ids", "int32", (-1,))
+    table = net.const(rand(32768, 512, seed=9))
+    x = net.network.add_gather(table, ids, 0).get_output(0)  # [rows, 512]
+    net.mark(x, "rows")
+    head = net.network.add_matrix_multiply(x, M.NONE, table, M.TRANSPOSE)
+    net.mark(head.get_output(0), "logits")
+    feed = {"ids": np.arange(5, 5 + 7 * rows, 7, dtype=np.int32)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)
+    plain = compile_network(net.network, fast=False).run(feed)
+    w = rand(32768, 512, seed=9)
+    np.testing.assert_array_equal(fast["rows"], w[feed["ids"]])
+    scale = np.abs(w[feed["ids"]]) @ np.abs(w.T)
+    assert (np.abs(fast["logits"] - plain["logits"]) <= 1e-6 * scale).all()
+    expected = w[feed["ids"]].astype(np.float64) @ w.T.astype(np.float64)
+    assert (np.abs(fast["logits"] - expected) <= 1e-6 * scale).all()
+
+
+def test_float16_moves_and_pointwise_layers_fast_and_plain_agree_bit_for_bit():
+    """``x * a + b`` then a transpose, a gather and a concatenation in float16, on 64 x 96
+    elements (the bit recipes' sizes): the fast plan rounds on the bits and skips rounding
+    the moves, whose elements are already float16; the plain plan casts every tensor."""
+    net = Net()
+    x = net.input("x", "float16", (64, 96))
+    a, b = net.const(rand(64, 96, seed=10, dtype="float16")), net.const(rand(1, 96, seed=11))
+    ax = net.network.add_elementwise(x, a, E.PROD).get_output(0)
+    b16 = net.network.add_cast(b, trt.float16).get_output(0)
+    y = net.network.add_elementwise(ax, b16, E.SUM).get_output(0)
+    shuffle = net.network.add_shuffle(y)
+    shuffle.first_transpose = (1, 0)
+    rows = net.const(np.array([3, 0, 95, 3], np.int32), "int32")
+    picked = net.network.add_gather(shuffle.get_output(0), rows, 0).get_output(0)  # [4, 64]
+    net.mark(net.network.add_concatenation([picked, picked]).get_output(0))
+    feed = {"x": rand(64, 96, seed=12, dtype="float16") * np.float16(300)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    assert fast.dtype == np.float16 and fast.shape == (8, 64)
+    np.testing.assert_array_equal(fast.view(np.uint16), plain.view(np.uint16))
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
+def test_one_sequence_decode_fast_and_plain_agree(dtype, rtol):
+    """Batch 1: decode steps have one row, so the fast plan runs each block's Q/K/V and
+    gate/up products as one product against their joined matrices (and the head on its
+    transposed copy when large). Logits and every written cache row agree with the plain
+    plan within the compute dtype's rounding, as in the batched test above."""
+    net = _network(TINY_GQA, dtype, 1)
+    prefill = ([[3, 5, 7]], [[0, 1, 2]], [0], [3], [2])
+    decode = [([[t]], [[t]], [t], [t + 1], [0]) for t in (3, 4, 5)]
+    caches = _run_fast_and_plain(net, dtype, rtol, [prefill, *decode])
+    for name in caches["fast"]:
+        fast, plain = caches["fast"][name][:, :, :6], caches["plain"][name][:, :, :6]
+        np.testing.assert_allclose(fast, plain, rtol=rtol, atol=rtol)

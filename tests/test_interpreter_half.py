@@ -78,15 +78,21 @@ def test_round_float16_at_the_edges_of_its_ranges():
     )
     around = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf)])
     nans = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0xFFC00000, 0xFFFFFFFF], np.uint32)
-    x = np.concatenate([around, -around, nans.view(np.float32)])
+    x = np.tile(np.concatenate([around, -around, nans.view(np.float32)]), 64)  # the bit recipe
+    np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
+
+
+def test_small_arrays_take_numpys_casts_with_the_same_results():
+    h = _every_float16()[::4096]  # 16 values: below the size where the bit recipes start
+    np.testing.assert_array_equal(_bits(widen(h)), _bits(h.astype(np.float32)))
+    x = h.astype(np.float32) * np.float32(1.0001)
     np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
 
 
 def test_round_float16_random_values_and_shapes():
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((3, 5, 7)) * np.exp(rng.uniform(-20, 12, (3, 5, 7)))).astype(
-        np.float32
-    )
+    shape = (3, 50, 70)
+    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-20, 12, shape))).astype(np.float32)
     strided = x[:, ::2]
     got = round_float16(strided)
     assert got.shape == strided.shape and got.dtype == np.float32

@@ -25,6 +25,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
 from trt_kv.interpreter.half import round_float16, widen_to
+from trt_kv.interpreter.layout import fuse_one_row_products, relayout_transposed_constants
 from trt_kv.interpreter.registry import Kernel, compile_layer, is_float, type_name
 
 Precision = Literal["float32", "float64"]
@@ -143,7 +144,8 @@ class Plan:
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
-            _relayout_transposed_constants(steps)
+            fuse_one_row_products(steps)
+            relayout_transposed_constants(steps)
         self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
         if fast:
             self._slots = _SlotProgram(self._steps, self.input_names, self.output_names, compute)
@@ -166,12 +168,15 @@ class Plan:
         kind = type_name(layer)
         kernel = compile_layer(layer, compute, self.fast)
         inputs = []
+        float_inputs = set()  # declared dtypes of the float inputs
         for j in range(layer.num_inputs):
             t = layer.get_input(j)
             if t is None:
                 inputs.append((None, False))
             else:
-                cast = is_float(_declared(t, layer.name, kind)) and j not in kernel.raw_inputs
+                declared = _declared(t, layer.name, kind)
+                float_inputs |= {declared} if is_float(declared) else set()
+                cast = is_float(declared) and j not in kernel.raw_inputs
                 inputs.append((t.name, cast and t.name in self._as_stored))
         outputs = []
         for j in range(layer.num_outputs):
@@ -182,6 +187,9 @@ class Plan:
                 outputs.append((t.name, _identity))
             elif kernel.rounded:
                 self._as_stored.add(t.name)
+                outputs.append((t.name, _identity))
+            elif self.fast and kernel.moves and float_inputs == {_declared(t, layer.name, kind)}:
+                # elements of inputs rounded to this very dtype: rounding again changes nothing
                 outputs.append((t.name, _identity))
             else:
                 declared = _declared(t, layer.name, kind)
@@ -263,6 +271,11 @@ def _identity(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _holds(constant: np.ndarray | None, compute: np.dtype) -> bool:
+    """True for a constant already in the compute dtype (or not float): no cast to check."""
+    return constant is not None and (constant.dtype == compute or not is_float(constant.dtype))
+
+
 class _SlotProgram:
     """The fast plan's loop: tensors live in a list indexed by slot, constants are filled in
     once (their layers ran at compile time: a constant's value is all it computes), identity
@@ -292,7 +305,11 @@ class _SlotProgram:
                 (
                     k.fn,
                     tuple(slot[name] for name, _ in step.inputs),
-                    tuple(j for j, (_, cast) in enumerate(step.inputs) if cast),
+                    tuple(
+                        j
+                        for j, (name, cast) in enumerate(step.inputs)
+                        if cast and not _holds(template[slot[name]], compute)
+                    ),
                     tuple(
                         (slot[name], None if finish is _identity else finish)
                         for name, finish in step.outputs
@@ -342,34 +359,6 @@ def _with_frees(steps: list[_Step], kept: set[str]) -> list[_Step]:
     return [replace(step, free=tuple(f)) for step, f in zip(steps, free)]
 
 
-def _relayout_transposed_constants(steps: list[_Step]) -> None:
-    """Store each constant that every reader reads transposed (``Kernel.transposed_inputs``)
-    with its last two axes transposed in memory: the same values, one copy, and the
-    transpose the kernels take is C-contiguous (BLAS's fast non-transposed path). A constant
-    also read as is (an embedding table gathered and tied to the head) keeps its layout.
-    Replaces the steps in place, so each old array is freed as soon as its copy exists."""
-    constants = {
-        step.outputs[0][0]: i
-        for i, step in enumerate(steps)
-        if step.kernel.rounded and not step.inputs and len(step.outputs) == 1
-    }
-    transposed: set[str] = set()
-    plain: set[str] = set()
-    for step in steps:
-        for j, (name, _) in enumerate(step.inputs):
-            (transposed if j in step.kernel.transposed_inputs else plain).add(name)
-    for name in (transposed - plain) & set(constants):
-        i = constants[name]
-        value = steps[i].kernel.fn(())
-        if value.ndim < 2 or np.swapaxes(value, -1, -2).flags.c_contiguous:
-            continue
-        stored = np.swapaxes(np.ascontiguousarray(np.swapaxes(value, -1, -2)), -1, -2)
-        stored.flags.writeable = False
-        kernel = replace(steps[i].kernel, fn=lambda x, v=stored: v)
-        steps[i] = replace(steps[i], kernel=kernel)
-        del value, stored, kernel
-
-
 def compile_network(
     network: object, *, precision: Precision = "float32", fast: bool = True
 ) -> Plan:
@@ -380,9 +369,17 @@ def compile_network(
     them. The plan keeps no reference to the network afterwards.
 
     ``fast=False`` runs the plain kernels: attention over the whole cache window, one matrix
-    product per batch entry, constants in their declared layout. The default fast paths give
-    the same results within the compute dtype's rounding (the tests run both on the same
-    networks); every layer of the network runs either way.
+    product per batch entry, constants in their declared layout, tensors looked up by name,
+    float16 through NumPy's casts. The default fast plan: attention reads the keys up to the
+    last one a query may see; a product with a shared matrix is one ``[rows, K] @ [K, N]``
+    BLAS call on a matrix stored transposed (Q/K/V and gate/up side by side, one call for a
+    one-row input; a tied vocabulary head also kept transposed for one row, ``(W x^T)^T``
+    for more); constants are filled in once; float16 rounds and widens on the bits
+    (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
+    elements skip a rounding that changes nothing; KV updates are checked on whole arrays.
+    Results agree with the plain plan within the compute dtype's rounding (BLAS summation
+    order; the tests run both on the same networks, bit-exact where no BLAS call differs);
+    every layer of the network runs either way.
 
     Raises:
         UnsupportedLayerError: a layer (type or setting) the interpreter does not execute;

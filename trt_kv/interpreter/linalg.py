@@ -30,6 +30,12 @@ def _shared_matrix(a: Array, b: Array) -> Array:
     return rows.reshape(*a.shape[:-1], b.shape[-1])
 
 
+def _column_major(b: Array) -> bool:
+    """``b [K, N]`` is the transposed view of a row-major ``[N, K]`` array (a weight stored
+    ``nn.Linear``-style and read transposed), large enough for the layout to matter."""
+    return b.flags.f_contiguous and not b.flags.c_contiguous and b.size >= 1 << 20
+
+
 @handles(trt.LayerType.MATRIX_MULTIPLY, trt.IMatrixMultiplyLayer)
 def matrix_multiply(layer: object, ctx: Context) -> Kernel:
     """``op0(A) @ op1(B)`` over the last two axes, leading axes broadcast. VECTOR treats the
@@ -48,10 +54,13 @@ def matrix_multiply(layer: object, ctx: Context) -> Kernel:
             return np.matmul(a[..., None, :], b)[..., 0, :]
         if fast and a.ndim == b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
             return _shared_matrix(a, b)
+        if fast and a.ndim == b.ndim == 2 and a.shape[0] > 1 and _column_major(b):
+            return (b.T @ a.T).T  # [N, K] @ [K, M]: BLAS ~1.4x faster for a few rows, wide N
         return np.matmul(a, b)
 
     transposed = {j for j, op in enumerate((op0, op1)) if op == _M.TRANSPOSE}
-    return Kernel(run, transposed_inputs=frozenset(transposed))
+    linear = op0 == _M.NONE and op1 == _M.TRANSPOSE
+    return Kernel(run, transposed_inputs=frozenset(transposed), linear=linear)
 
 
 _REDUCE = {

@@ -95,7 +95,7 @@ def shuffle(layer: object, ctx: Context) -> object:
             a = a.reshape(_resolve_reshape(target, a.shape, zero_copies))
         return a if identity_second else np.transpose(a, second)
 
-    return run
+    return Kernel(run, moves=True)
 
 
 def _sample(index: Array, size: int, mode: object) -> tuple[Array, Array | None]:
@@ -178,7 +178,7 @@ def slice_(layer: object, ctx: Context) -> object:
 def concatenation(layer: object, ctx: Context) -> object:
     """Inputs joined along ``axis``."""
     axis = layer.axis
-    return lambda x: np.concatenate(list(x), axis=axis)
+    return Kernel(lambda x: np.concatenate(list(x), axis=axis), moves=True)
 
 
 def _gather_default(data: Array, idx: Array, axis: int, batched: bool) -> Array:
@@ -213,7 +213,8 @@ def gather(layer: object, ctx: Context) -> object:
     if mode == _G.DEFAULT:
         if batch not in (0, 1):
             raise ctx.unsupported(f"num_elementwise_dims {batch} with DEFAULT mode")
-        return lambda x: _gather_default(x[0], x[1].astype(np.int64), axis, batch == 1)
+        run = lambda x: _gather_default(x[0], x[1].astype(np.int64), axis, batch == 1)  # noqa: E731
+        return Kernel(run, moves=True)
     if mode == _G.ELEMENT:
         return lambda x: np.take_along_axis(x[0], _wrap(x[1], x[0].shape[axis]), axis=axis)
     if mode == _G.ND:
@@ -236,12 +237,12 @@ def squeeze(layer: object, ctx: Context) -> object:
     rank = rank_of(layer.get_input(0))
     if input_or_none(layer, 1) is None:
         static = tuple(i for i, d in enumerate(tuple(layer.get_input(0).shape)) if d == 1)
-        return lambda x: np.squeeze(x[0], axis=static)
-    return lambda x: np.squeeze(x[0], axis=_axes(x[1], rank))
+        return Kernel(lambda x: np.squeeze(x[0], axis=static), moves=True)
+    return Kernel(lambda x: np.squeeze(x[0], axis=_axes(x[1], rank)), moves=True)
 
 
 @handles(trt.LayerType.UNSQUEEZE, trt.IUnsqueezeLayer)
 def unsqueeze(layer: object, ctx: Context) -> object:
     """Insert size-1 axes at the output positions in input 1 (negative counts from the end)."""
     out_rank = rank_of(layer.get_output(0))
-    return lambda x: np.expand_dims(x[0], axis=_axes(x[1], out_rank))
+    return Kernel(lambda x: np.expand_dims(x[0], axis=_axes(x[1], out_rank)), moves=True)

@@ -205,4 +205,4 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
 @handles(trt.LayerType.ATTENTION_OUTPUT, trt.IAttentionBoundaryLayer)
 def attention_output(layer: object, ctx: Context) -> object:
     """The attention result computed by the matching ATTENTION_INPUT layer."""
-    return lambda x: x[0]
+    return Kernel(lambda x: x[0], moves=True)

@@ -244,6 +244,9 @@ def causal_keep(
     return keep[:, None, :, :]
 
 
+_FEW_QUERY_ROWS = 16  # query rows per KV head up to which scores are computed as (K Q^T)^T
+
+
 def attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -276,8 +279,14 @@ def attention(
     if nq % nkv:
         raise ShapeError(mismatch("query heads", f"a multiple of {nkv} KV heads", "", nq))
     group = nq // nkv
-    # The G query heads of one KV head as G * Sq rows: [B, Nkv, G * Sq, H] @ [B, Nkv, H, Skv].
-    scores = (q.reshape(b, nkv, group * sq, h) @ k.swapaxes(-1, -2)).reshape(b, nq, sq, skv)
+    # The G query heads of one KV head as G * Sq rows: [B, Nkv, G * Sq, H] @ [B, Nkv, H, Skv];
+    # with few rows (decode), as (K Q^T)^T: BLAS is ~4x faster with the keys as the long side.
+    rows = q.reshape(b, nkv, group * sq, h)
+    if group * sq <= _FEW_QUERY_ROWS:
+        scores = np.ascontiguousarray((k @ rows.swapaxes(-1, -2)).swapaxes(-1, -2))
+    else:
+        scores = rows @ k.swapaxes(-1, -2)
+    scores = scores.reshape(b, nq, sq, skv)
     scores *= h**-0.5 if scale is None else float(scale)  # in place: a fresh product
     keep = causal_keep(sq, skv, causal, kv_lengths, b)  # [B, 1, Sq, Skv]
     if mask is not None:
