@@ -206,6 +206,11 @@ def test_unpermute_inverts_llama_cpp_permute(shape):
     np.testing.assert_array_equal(unpermute_rows(llama_cpp_permute(w, n_head), n_head), w)
 
 
+def test_unpermute_of_rows_that_do_not_split_into_the_heads_is_refused():
+    with pytest.raises(ConfigError, match=r"rows: expected a multiple of 2 \* 4 heads, got 30"):
+        unpermute_rows(np.zeros((30, 5), np.float32), 4)
+
+
 # -- refused files ------------------------------------------------------------------------
 
 

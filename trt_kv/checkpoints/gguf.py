@@ -31,8 +31,17 @@ from trt_kv.errors import ConfigError, mismatch
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's Q/K permutation: per head, its converter interleaves the two halves
     of the rotary dimension (rows ``[0, H/2, 1, H/2 + 1, ...]``); this restores Hugging
-    Face's half-split order. ``w [n_head * H, D]`` (a bias ``[n_head * H]`` too)."""
+    Face's half-split order. ``w [n_head * H, D]`` (a bias ``[n_head * H]`` too).
+
+    Raises:
+        ConfigError: rows not a multiple of ``2 * n_head`` (head counts that do not fit the
+            tensor: a malformed file).
+    """
     rows = w.shape[0]
+    if n_head < 1 or rows % (2 * n_head):
+        raise ConfigError(
+            mismatch("Q/K projection rows", f"a multiple of 2 * {n_head} heads", "", rows)
+        )
     h = rows // n_head
     return w.reshape(n_head, h // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
