@@ -111,18 +111,29 @@ def _dequantize(tensor: object, dtype: np.dtype, path: Path) -> np.ndarray:
     return np.asarray(array, dtype=dtype).reshape(shape)
 
 
+_SPECIAL_KEYS = {
+    "bos_token": "tokenizer.ggml.bos_token_id",
+    "eos_token": "tokenizer.ggml.eos_token_id",
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+}
+
+
 def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
-    ids = {
-        "bos_token": fields.get("tokenizer.ggml.bos_token_id"),
-        "eos_token": fields.get("tokenizer.ggml.eos_token_id"),
-        "unk_token": fields.get("tokenizer.ggml.unknown_token_id"),
-        "pad_token": fields.get("tokenizer.ggml.padding_token_id"),
-    }
+    """The file's tokenizer. Raises ConfigError: a special token id outside the vocabulary
+    (named by its key), or what :meth:`TextTokenizer.from_gguf_vocab` raises."""
+    tokens = fields.require("tokenizer.ggml.tokens")
+    ids = {name: fields.get(key) for name, key in _SPECIAL_KEYS.items()}
+    for name, value in ids.items():
+        if value is not None and not 0 <= int(value) < len(tokens):
+            raise ConfigError(
+                mismatch(_SPECIAL_KEYS[name], f"a token id in [0, {len(tokens)})", "", value)
+            )
     model = fields.require("tokenizer.ggml.model")
     return TextTokenizer.from_gguf_vocab(
         model=model,
         pre=fields.get("tokenizer.ggml.pre", "default"),
-        tokens=fields.require("tokenizer.ggml.tokens"),
+        tokens=tokens,
         merges=fields.get("tokenizer.ggml.merges", []),
         scores=fields.get("tokenizer.ggml.scores", []),
         token_types=fields.get("tokenizer.ggml.token_type", []),
