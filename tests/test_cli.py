@@ -62,7 +62,8 @@ def test_generate_json_lists_generated_ids_per_prompt(tiny_model, capsys):
     )
     assert out["backend"] == "reference"
     assert [len(ids) for ids in out["ids"]] == [5, 5]
-    assert out["tokens_per_s"] > 0
+    assert out["prefill"] == {"tokens": 5, "ms": out["prefill"]["ms"]}
+    assert (out["decode"]["tokens"], out["decode"]["steps"]) == (8, 4)
 
 
 def test_interpreter_and_reference_generate_the_same_ids(tiny_model, capsys):

@@ -107,3 +107,23 @@ def test_a_static_batch_is_the_default_batch_of_the_cache_total(tmp_path):
         "max_seq_len": 8,
         "bytes": 256,
     }
+
+
+def test_emulated_gpu_adds_the_engine_inspectors_layer_names(engine):
+    from trt_kv.examples import load_model
+    from trt_kv.jobs import BuildOptions
+    from trt_kv.models.llama import build_llama_network
+
+    r = json.loads(run_cli("inspect", engine, "--json", "--emulate-gpu").stdout)
+    assert r["emulated_gpu"] is True
+    assert r["layers_source"].startswith("emulated TensorRT engine inspector, LAYER_NAMES_ONLY")
+    # the network of the engine's recipe, built here: its layers, one inspector entry each
+    model = load_model(r["recipe"]["recipe"]["model"], progress=False)
+    options = BuildOptions(**r["recipe"]["build_options"]).network_options()
+    network = build_llama_network(model.config, model.weights, **options).network
+    names = [network.get_layer(i).name for i in range(network.num_layers)]
+    assert r["layers"] == names
+    assert {"kv_cache_update:present_key.0", "kv_cache_update:present_value.1"} <= set(names)
+    out = run_cli("inspect", engine, "--emulate-gpu").stdout
+    assert f"\nlayers ({len(names)}, from emulated TensorRT engine inspector, " in out
+    assert "\n  kv_cache_update:present_key.0\n" in out

@@ -1,5 +1,6 @@
 """``trt-kv`` driven as a user drives it: ``python -m trt_kv`` in a subprocess."""
 
+import json
 import re
 
 import pytest
@@ -42,6 +43,27 @@ def test_help_does_not_import_tensorrt_or_numpy():
     assert out.stdout.strip() == "[]"
 
 
+def test_help_imports_no_subcommand_module_numpy_tensorrt_or_tqdm():
+    # what `trt-kv --help` loads: argparse and trt_kv.cli only (issue 15: --help <= 60 ms)
+    code = (
+        "import sys\nfrom trt_kv.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = ('numpy', 'tensorrt', 'tensorrt_rtx', 'tqdm', 'polygraphy', 'cuda')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy "
+        "or m.startswith(('trt_kv.cli.', 'trt_kv.runtime'))), file=sys.stderr)"
+    )
+    import subprocess
+    import sys
+
+    from cli_user import user_env
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=user_env(), check=True
+    )
+    assert out.stdout.startswith("usage: trt-kv")
+    assert out.stderr.strip() == "[]"
+
+
 def test_version_names_trt_kv_tensorrt_and_cuda_status():
     import trt_kv
 
@@ -77,7 +99,35 @@ def test_quiet_or_not_a_terminal_shows_no_progress_bar(tiny):
     piped = run_cli(*generate_args(tiny))
     for out in (screen, piped.stdout + piped.stderr):
         assert "%|" not in out and "tok/s" not in out and "network:" not in out
-        assert "interpreter: 8 steps" in out  # two prompts, 8 new tokens each
+        # two prompts (3 + 5 ids) x 8 new tokens: the first of each from the prefill
+        assert "interpreter: prefill 8 tokens, " in out
+        assert "; decode 14 tokens in 7 steps, " in out
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny):
+    """The tiny checkpoint as llama.cpp writes it: ``(path, number of tensors)``."""
+    import transformers
+    from gguf_files import llama_gguf_tensors, llama_metadata, write_gguf
+    from safetensors.numpy import load_file
+
+    config = transformers.LlamaConfig(**json.loads((tiny / "config.json").read_text()))
+    tensors = llama_gguf_tensors(load_file(str(tiny / "model.safetensors")), config)
+    path = write_gguf(tiny.parent / "tiny.gguf", "llama", llama_metadata(config), tensors)
+    return path, len(tensors)
+
+
+def test_a_terminal_shows_the_gguf_dequantize_progress(tiny_gguf):
+    path, count = tiny_gguf
+    argv = ("generate", "--model", path, "--backend", "interpreter", "--max-seq-len", "32")
+    code, screen = run_in_terminal(*argv)
+    assert code == 0, screen
+    assert re.search(rf"dequantize tiny\.gguf: +\d+%\|.*\| \d+/{count} \[.*tensor/s\]", screen)
+    code, quiet = run_in_terminal(*argv, "--quiet")
+    assert code == 0, quiet
+    piped = run_cli(*argv)
+    for out in (quiet, piped.stdout + piped.stderr):
+        assert "dequantize" not in out and "%|" not in out
 
 
 def test_a_terminal_shows_the_tensorrt_build_phases(tiny, tmp_path):
@@ -105,3 +155,31 @@ def test_demo_reuses_an_engine_and_says_when_and_how_long_it_took_to_build(tiny,
     reused = re.search(pattern, second)
     assert reused, second
     assert reused[1] == built_s  # the first build's time, not the lookup's
+
+
+def test_generate_reports_prefill_and_decode_apart_in_text_and_json(tiny):
+    args = (*generate_args(tiny), "--prompt-ids", "1,2,3;4,5", "--max-new-tokens", "5", "-q")
+    line = run_cli(*args, "--ignore-eos").stdout.splitlines()[-1]
+    pattern = (
+        r"interpreter: prefill 5 tokens, (\d+\.\d) ms; decode 8 tokens in 4 steps, "
+        r"(\d+\.\d\d) ms/step, (\d+\.\d) tokens/s"
+    )
+    found = re.fullmatch(pattern, line)
+    assert found, line
+    ms_per_step, rate = float(found[2]), float(found[3])
+    assert rate == pytest.approx(8 / (4 * ms_per_step / 1e3), rel=0.02)
+    out = json.loads(run_cli(*args, "--ignore-eos", "--json").stdout)
+    assert "tokens_per_s" not in out  # no figure mixing prefill with decode
+    assert out["prefill"]["tokens"] == 5 and out["prefill"]["ms"] > 0
+    decode = out["decode"]
+    assert (decode["tokens"], decode["steps"]) == (8, 4)
+    assert decode["tokens_per_s"] == pytest.approx(8e3 / (4 * decode["ms_per_step"]), rel=1e-3)
+
+
+def test_one_new_token_is_a_prefill_without_decode_steps(tiny):
+    args = (*generate_args(tiny), "--prompt-ids", "1,2,3", "--max-new-tokens", "1", "-q")
+    out = json.loads(run_cli(*args, "--json").stdout)
+    assert len(out["ids"][0]) == 1
+    assert out["decode"] == {"tokens": 0, "steps": 0, "ms_per_step": None, "tokens_per_s": None}
+    line = run_cli(*args).stdout.splitlines()[-1]
+    assert line.endswith("; no decode step (every sequence stopped at its first token)"), line

@@ -101,13 +101,14 @@ def overloads(method):
 
 def stand_in_pairs():
     from trt_kv._trt import trt
-    from trt_kv.emulator import tensorrt_context, tensorrt_runtime
+    from trt_kv.emulator import tensorrt_context, tensorrt_inspector, tensorrt_runtime
 
     ours = {
         "Runtime": tensorrt_runtime.Runtime,
         "ICudaEngine": tensorrt_runtime.ICudaEngine,
         "IExecutionContext": tensorrt_context.IExecutionContext,
         "IRuntimeConfig": tensorrt_runtime.IRuntimeConfig,
+        "EngineInspector": tensorrt_inspector.EngineInspector,
     }
     assert set(ours) == set(tensorrt_runtime.STAND_INS)
     return [(cls, getattr(trt, name)) for name, cls in ours.items()]
@@ -147,6 +148,7 @@ def test_tensorrt_stand_in_instances_have_only_real_attributes():
         engine = runtime.deserialize_cuda_engine(data)
         instances = [runtime, engine, engine.create_execution_context()]
         instances.append(engine.create_runtime_config())
+        instances.append(engine.create_engine_inspector())
     for obj, (_, real) in zip(instances, stand_in_pairs()):
         public = [n for n in vars(obj) if not n.startswith("_")]
         assert [n for n in public if not hasattr(real, n)] == [], real.__name__

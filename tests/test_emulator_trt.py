@@ -7,7 +7,7 @@ built by the real TensorRT-RTX builder.
 import numpy as np
 import pytest
 
-from trt_kv._trt import trt
+from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import Profile, build_engine, create_network
 from trt_kv.emulator import emulated_gpu
 from trt_kv.emulator.device import device
@@ -140,6 +140,33 @@ def test_profiles_are_selected_and_enforced(gpu):
     assert ctx.set_input_shape("x", (5, 4))
     assert ctx.execute_async_v3(0)
     assert gpu.memory.view(py, (5, 4), np.float32).tolist() == (2 * x).tolist()
+
+
+@pytest.mark.skipif(not FEATURES.dimension_names, reason="TensorRT without dimension names")
+def test_inputs_with_the_same_dimension_name_must_be_bound_equal(gpu):
+    """x [-1, 4] and z [-1, 2] name axis 0 "B" (as every Llama input does): TensorRT requires
+    named-alike dimensions to be equal at run time, and the emulator refuses otherwise."""
+    log = Log()
+    builder, network = create_network()
+    x = network.add_input("x", trt.float32, (-1, 4))
+    z = network.add_input("z", trt.float32, (-1, 2))
+    for t in (x, z):
+        t.set_dimension_name(0, "B")
+    for name, t in (("y", x), ("w", z)):
+        out = network.add_elementwise(t, t, trt.ElementWiseOperation.SUM).get_output(0)
+        out.name = name
+        network.mark_output(out)
+    shapes = {"x": ((1, 4), (2, 4), (4, 4)), "z": ((1, 2), (2, 2), (4, 2))}
+    data = build_engine(builder, network, [Profile("p", shapes)]).data
+    ctx = trt.Runtime(log).deserialize_cuda_engine(data).create_execution_context()
+    x3, z2 = np.ones((3, 4), np.float32), np.ones((2, 2), np.float32)
+    for name, array in (("x", x3), ("z", z2), ("y", x3), ("w", z2)):
+        assert ctx.set_tensor_address(name, upload(gpu, array))
+    assert ctx.set_input_shape("x", (3, 4)) and ctx.set_input_shape("z", (2, 2))
+    assert ctx.execute_async_v3(0) is False
+    assert "input dimensions named 'B' differ: {'x[0]': 3, 'z[0]': 2}" in log.errors[-1]
+    assert ctx.set_input_shape("x", (2, 4))
+    assert ctx.execute_async_v3(0)
 
 
 def test_capture_needs_a_prior_enqueue_and_replays_only_at_its_shapes(gpu):

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pytest
 
-from trt_kv import dtypes
+from trt_kv import FEATURES, dtypes
 from trt_kv.builder import cache_aliases
 from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import ShapeError
@@ -150,6 +150,24 @@ def test_network_inputs_are_named_with_their_shapes_and_dtypes(f32_network):
         "past_value.0": CACHE,
         "past_key.1": CACHE,
         "past_value.1": CACHE,
+    }
+
+
+@pytest.mark.skipif(not FEATURES.dimension_names, reason="TensorRT without dimension names")
+def test_every_input_names_its_batch_axis_and_token_inputs_their_step_axis(f32_network):
+    # Equal names tell the builder every layer's cache has the batch of input_ids, so it
+    # compiles the cache-reading kernels once for all layers (scripts/bench_build.py).
+    n = f32_network.network
+    names = {
+        t.name: tuple(t.get_dimension_name(d) for d in range(len(t.shape)))
+        for t in map(n.get_input, range(n.num_inputs))
+    }
+    assert names == {
+        "input_ids": ("B", "S"),
+        "position_ids": ("B", "S"),
+        "write_indices": ("B",),
+        "last_token_rows": ("B",),
+        **{f"past_{kv}.{i}": ("B", None, None, None) for kv in ("key", "value") for i in (0, 1)},
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +63,58 @@ def test_auto_takes_the_best_route_the_features_offer(features, expected):
     chosen = resolve_routes(Routes(), features)
     assert (chosen.attention, chosen.rope, chosen.cache_update) == expected
     assert chosen.key_value_lengths is False
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+# README row label -> the features of the versions it names
+README_ROWS = {
+    "11.x, TensorRT-RTX 1.7": (TRT_11, RTX),
+    "10.15.1 and later 10.x": (TRT_10_15,),
+    "10.14": (TRT_10_14,),
+    "10.0 - 10.13 (JetPack 6: 10.3)": (TRT_10_3,),
+    "< 10.0": (TRT_8_6,),
+}
+
+
+def _readme_route_table() -> dict[str, list[str]]:
+    """Row label -> the cells of the README's "TensorRT version -> route" table."""
+    lines = README.read_text().splitlines()
+    start = lines.index(
+        "| TensorRT | attention | RoPE | cache update | `key_value_lengths` option |"
+    )
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        label, *cells = (c.strip() for c in line.strip("|").split("|"))
+        rows[label] = cells
+    return rows
+
+
+def _first_code(cell: str) -> str | None:
+    found = re.match(r"`(\w+)`", cell)
+    return found.group(1) if found else None
+
+
+def test_readme_route_table_is_what_the_chooser_picks():
+    table = _readme_route_table()
+    assert set(table) == set(README_ROWS)
+    for label, (attention, rope, cache_update, lengths) in table.items():
+        for features in README_ROWS[label]:
+            if cache_update.startswith("none"):  # fails closed; the other parts as chosen
+                with pytest.raises(RouteError, match=re.escape("routes.cache_update")):
+                    resolve_routes(Routes(), features)
+                features = features._replace(python_plugins=True)
+            chosen = resolve_routes(Routes(), features)
+            assert chosen.attention == _first_code(attention), label
+            assert chosen.rope == _first_code(rope), label
+            if _first_code(cache_update) is not None:
+                assert chosen.cache_update == _first_code(cache_update), label
+            if lengths == "yes":
+                assert resolve_routes(Routes(key_value_lengths=True), features).key_value_lengths
+            else:
+                with pytest.raises(RouteError, match="key_value_lengths"):
+                    resolve_routes(Routes(key_value_lengths=True), features)
 
 
 def test_no_cache_update_route_fails_closed_with_each_reason():

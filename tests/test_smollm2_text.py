@@ -120,4 +120,5 @@ def test_saved_folder_chat_streams_the_hugging_face_answer_and_stops_at_eos(
     captured = capsys.readouterr()
     assert captured.out == hf_tokenizer.decode(CHAT_IDS[:8], skip_special_tokens=True) + "\n"
     assert captured.out == CHAT_ANSWER + "\n"
-    assert "reference: 8 steps" in captured.err  # stopped at <|im_end|> (generation_config)
+    # stopped at <|im_end|> (generation_config): 8 new tokens, the first from the prefill
+    assert "; decode 7 tokens in 7 steps, " in captured.err

@@ -32,10 +32,19 @@ class Features(NamedTuple):
     packed_update_form: bool
     attention_v2: bool
     attention: bool  # add_attention (TensorRT >= 10.14): causal flag and mask, no lengths
+    # trt.CausalMaskKind and IAttention.causal_kind (TensorRT 11, TensorRT-RTX); TensorRT
+    # 10.14/10.15 have only the boolean IAttention.causal.
+    causal_mask_kind: bool
+    # trt.AttentionIOForm and IAttention.query_form / key_value_form (TensorRT 11, RTX).
+    attention_io_forms: bool
     attention_kv_lengths: bool  # IAttention.key_value_lengths (TensorRT 11, TensorRT-RTX)
     rotary_embedding: bool
     aliased_tensor_query: bool
     python_plugins: bool
+    squeeze_layers: bool  # add_squeeze / add_unsqueeze (not in every TensorRT 10.x)
+    # ITensor.set_dimension_name: inputs' dimensions named alike are equal at run time, which
+    # lets the builder share one compiled kernel across layers (see the Llama network).
+    dimension_names: bool
     # Whether the layer takes int64 write indices as documented. TensorRT-RTX 1.7.1's
     # compiler rejects them ("Write indices must be of type int32"); trt_kv then casts.
     int64_write_indices: bool
@@ -65,6 +74,7 @@ def _import() -> ModuleType:
 def _features(mod: ModuleType) -> Features:
     net_cls = mod.INetworkDefinition
     kv_layer = getattr(mod, "IKVCacheUpdateLayer", None)
+    attention = getattr(mod, "IAttention", None)
     return Features(
         module=mod.__name__,
         version=mod.__version__,
@@ -72,10 +82,14 @@ def _features(mod: ModuleType) -> Features:
         packed_update_form=kv_layer is not None and hasattr(kv_layer, "update_form"),
         attention_v2=hasattr(net_cls, "add_attention_v2"),
         attention=hasattr(net_cls, "add_attention"),
-        attention_kv_lengths=hasattr(getattr(mod, "IAttention", None), "key_value_lengths"),
+        causal_mask_kind=hasattr(mod, "CausalMaskKind") and hasattr(attention, "causal_kind"),
+        attention_io_forms=hasattr(mod, "AttentionIOForm") and hasattr(attention, "query_form"),
+        attention_kv_lengths=hasattr(attention, "key_value_lengths"),
         rotary_embedding=hasattr(net_cls, "add_rotary_embedding"),
         aliased_tensor_query=hasattr(mod.ICudaEngine, "get_aliased_input_tensor"),
         python_plugins=hasattr(net_cls, "add_plugin_v3"),
+        squeeze_layers=hasattr(net_cls, "add_squeeze"),
+        dimension_names=hasattr(mod.ITensor, "set_dimension_name"),
         int64_write_indices=mod.__name__ != "tensorrt_rtx",
     )
 

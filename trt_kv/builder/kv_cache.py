@@ -334,7 +334,7 @@ def cache_update_layers(network: object) -> list[tuple[str, object]]:
     found = []
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if layer.type == trt.LayerType.KV_CACHE_UPDATE:
+        if FEATURES.kv_cache_update_layer and layer.type == trt.LayerType.KV_CACHE_UPDATE:
             found.append(("layer", layer))
         elif is_plugin_cache_update(layer):
             found.append(("plugin", layer))

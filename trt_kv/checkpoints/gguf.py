@@ -26,6 +26,7 @@ from trt_kv.checkpoints.gguf_archs import (
 )
 from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
+from trt_kv.progress import track
 
 
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -149,7 +150,8 @@ def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
 
 def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoint:
     """Read a GGUF file: config from metadata, every tensor dequantized to ``dtype`` under its
-    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer.
+    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer. A
+    progress bar counts the tensors dequantized (see :mod:`trt_kv.progress`).
 
     Raises:
         ConfigError: a missing or malformed file, an architecture not in ``ARCHITECTURES``
@@ -180,7 +182,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         "self_attn.k_proj": config.get("num_key_value_heads") or heads,
     }
     tensors: dict[str, np.ndarray] = {}
-    for name, hf_name in names.items():
+    for name, hf_name in track(names.items(), f"dequantize {path.name}", unit="tensor"):
         array = _dequantize(by_name[name], np.dtype(dtype), path)
         if arch.permuted:
             for proj, n_head in permuted.items():

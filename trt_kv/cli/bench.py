@@ -8,7 +8,6 @@ import argparse
 from trt_kv.cli import common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, integer
 
-HELP = "time prefill and decode apart per batch and context (median, spread, cache memory)"
 EXAMPLE = "trt-kv bench --backend interpreter --batch 1 8 --context 128 2048 --repeats 5"
 
 

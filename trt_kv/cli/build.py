@@ -8,7 +8,6 @@ from pathlib import Path
 from trt_kv.cli import common
 from trt_kv.cli.checks import check_model
 
-HELP = "build the doc example and the model engine (ahead of time, on the CPU)"
 EXAMPLE = "trt-kv build --max-seq-len 512 --max-batch 4 --out engines/"
 
 

@@ -7,7 +7,6 @@ import argparse
 from trt_kv.cli import build, common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
 
-HELP = "build, then generate on the GPU (or the CPU interpreter without one)"
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
 
 # (label, text, use the chat template): what the demo asks a model that has a tokenizer.

@@ -21,8 +21,8 @@ from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
     from trt_kv.examples import Model
+    from trt_kv.runtime.generate import Generation
 
-HELP = "generate tokens for prompts on a chosen backend"
 EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --backend interpreter'
 DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
@@ -63,7 +63,9 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
         "decode loop; results are emulated, not measured on a GPU)",
     )
     p.add_argument(
-        "--json", action="store_true", help="one JSON line: backend, ids, text, tokens/s"
+        "--json",
+        action="store_true",
+        help="one JSON line: backend, ids, text, prefill and decode timings",
     )
 
 
@@ -203,6 +205,35 @@ def check_fit(args: argparse.Namespace, prompts: list[list[int]], option: str) -
     check_prompt_lengths(prompts, step, args.max_seq_len, new_tokens(args, prompts), option)
 
 
+def timings(result: Generation) -> dict:
+    """Prefill and decode apart, as ``--json`` gives them: ``{"prefill": {"tokens", "ms"},
+    "decode": {"tokens", "steps", "ms_per_step", "tokens_per_s"}}`` (the last two None when
+    no decode step ran: every sequence stopped at its first token)."""
+    per_step, rate = result.decode_ms_per_step, result.decode_tokens_per_s
+    return {
+        "prefill": {"tokens": result.prefill_tokens, "ms": round(result.prefill_seconds * 1e3, 3)},
+        "decode": {
+            "tokens": result.decode_tokens,
+            "steps": result.decode_steps,
+            "ms_per_step": None if per_step is None else round(per_step, 3),
+            "tokens_per_s": None if rate is None else round(rate, 3),
+        },
+    }
+
+
+def summary_text(result: Generation) -> str:
+    """``"prefill 8 tokens, 12.1 ms; decode 14 tokens in 7 steps, 3.05 ms/step, 655.7
+    tokens/s"``: the two phases apart (decode tokens exclude each sequence's first token,
+    which the prefill's logits give)."""
+    prefill = f"prefill {result.prefill_tokens} tokens, {result.prefill_seconds * 1e3:.1f} ms"
+    if not result.decode_steps:
+        return f"{prefill}; no decode step (every sequence stopped at its first token)"
+    return (
+        f"{prefill}; decode {result.decode_tokens} tokens in {result.decode_steps} steps, "
+        f"{result.decode_ms_per_step:.2f} ms/step, {result.decode_tokens_per_s:.1f} tokens/s"
+    )
+
+
 def generate_and_print(
     args: argparse.Namespace,
     backend: object,
@@ -229,12 +260,12 @@ def generate_and_print(
     )
     texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
     where = " (emulated GPU)" if args.emulate_gpu else ""
-    summary = f"{backend.name}{where}: {result.steps} steps, {result.tokens_per_s:.2f} tokens/s"
+    summary = f"{backend.name}{where}: {summary_text(result)}"
     if args.json:
         out = {"backend": backend.name, "emulated_gpu": args.emulate_gpu, "ids": result.ids}
         if texts is not None:
             out["text"] = texts
-        print(json.dumps({**out, "tokens_per_s": round(result.tokens_per_s, 3)}))
+        print(json.dumps({**out, **timings(result)}))
     elif stream is not None:
         print()
         print(summary, file=sys.stderr)

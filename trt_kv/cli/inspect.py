@@ -1,6 +1,7 @@
 """``trt-kv inspect ENGINE``: what an engine file holds, read from its sidecar (no GPU):
 I/O tensors with profiles, alias pairs, cache memory, routes, the build recipe, TensorRT
-module and version, checksum; on a GPU also TensorRT's per-layer engine information."""
+module and version, checksum; on a GPU (or with ``--emulate-gpu``) also TensorRT's per-layer
+engine information."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 from trt_kv.cli import common
 from trt_kv.cli.checks import integer
 
-HELP = "show an engine's tensors, profiles, alias pairs, cache memory and build recipe"
 EXAMPLE = "trt-kv inspect engines/smollm2-135m-random-float16-s256-b8-t64.engine --batch 4"
 S_AXIS = 2  # caches are [B, N, S_max, H]
 
@@ -22,6 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-seq-len", type=integer(1), help="S_max for the cache total (None: engine's)"
     )
     p.add_argument("--json", action="store_true", help="everything as one JSON object")
+    p.add_argument(
+        "--emulate-gpu",
+        action="store_true",
+        help="deserialize on trt_kv's emulated GPU, on the CPU, for TensorRT's engine inspector "
+        "(layers of the network as built, unfused: not what a GPU build fuses)",
+    )
 
 
 def _shape(dims: list | tuple) -> str:
@@ -62,8 +68,9 @@ def cache_memory(meta: object, batch: int | None, max_seq_len: int | None) -> di
 
 
 def engine_layers(path: Path) -> tuple[list | None, str]:
-    """TensorRT's engine inspector output (one entry per layer) and where it came from, or
-    None and why not: deserializing an engine takes a GPU."""
+    """TensorRT's engine inspector output (one entry per layer: a name, or a dict when the
+    engine was built with ``ProfilingVerbosity.DETAILED``) and where it came from, or None
+    and why not: deserializing an engine takes a GPU (or the emulated one)."""
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
@@ -83,7 +90,20 @@ def engine_layers(path: Path) -> tuple[list | None, str]:
         return None, f"{type(engine).__name__} has no engine inspector"
     inspector = engine.create_engine_inspector()
     info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
-    return info.get("Layers", []), "TensorRT engine inspector (GPU)"
+    verbosity = engine.profiling_verbosity.name
+    if _emulated():
+        source = f"emulated TensorRT engine inspector, {verbosity}: {info.get('Emulated')}"
+    else:
+        source = f"TensorRT engine inspector (GPU), {verbosity}"
+    return info.get("Layers", []), source
+
+
+def _emulated() -> bool:
+    """Whether the emulated GPU is active (without importing the emulator when it is not)."""
+    import sys
+
+    emulator = sys.modules.get("trt_kv.emulator")
+    return emulator is not None and emulator.is_active()
 
 
 def report(path: Path, batch: int | None = None, max_seq_len: int | None = None) -> dict:
@@ -137,6 +157,7 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
         "cache_memory": cache_memory(meta, batch, max_seq_len),
         "layers": layers,
         "layers_source": layers_source,
+        "emulated_gpu": _emulated(),
     }
 
 
@@ -212,6 +233,10 @@ def format_report(r: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    return common.run_on_device(args, _run)
+
+
+def _run(args: argparse.Namespace) -> int:
     import json
 
     r = report(args.engine, args.batch, args.max_seq_len)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
 
 
 def _cuda_version(v: int) -> str:
@@ -62,14 +60,3 @@ def version_text() -> str:
             f"CUDA: {cuda_status()}",
         ]
     )
-
-
-class VersionAction(argparse.Action):
-    """``--version``: print :func:`version_text` and exit 0 (imports happen only here)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        print(version_text())
-        parser.exit()

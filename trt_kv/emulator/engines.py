@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv import dtypes, engine_file
+from trt_kv import _trt, dtypes, engine_file
 from trt_kv._trt import trt
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.emulator.memory import EmulatorError
@@ -36,16 +36,59 @@ ProfileShapes = Mapping[str, tuple[Shape, Shape, Shape]]  # input -> (min, opt, 
 
 @dataclass(frozen=True)
 class IOTensor:
-    """One engine input or output: declared shape (-1 = dynamic) and dtype."""
+    """One engine input or output: declared shape (-1 = dynamic), dtype and, for inputs, the
+    dimension names (``ITensor.set_dimension_name``; None where unnamed)."""
 
     name: str
     is_input: bool
     shape: Shape
     dtype: np.dtype
+    dim_names: tuple[str | None, ...] = ()
 
     @property
     def trt_dtype(self) -> object:
         return dtypes.to_trt(self.dtype)
+
+
+@dataclass(frozen=True)
+class LayerTensor:
+    """A layer input or output as the network declares it (-1: dynamic)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # trt.DataType member name, e.g. "HALF"
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """One network layer: name, type (``trt.LayerType`` name) and tensors."""
+
+    name: str
+    kind: str
+    inputs: tuple[LayerTensor, ...]
+    outputs: tuple[LayerTensor, ...]
+
+
+def record_layers(network: object) -> tuple[LayerRecord, ...]:
+    """Every layer of ``network`` (alive), in network order; absent optional inputs skipped."""
+
+    def tensor(t: object) -> LayerTensor:
+        return LayerTensor(t.name, tuple(t.shape), t.dtype.name)
+
+    layers = []
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        ins = (layer.get_input(k) for k in range(layer.num_inputs))
+        outs = (layer.get_output(k) for k in range(layer.num_outputs))
+        layers.append(
+            LayerRecord(
+                layer.name,
+                layer.type.name,
+                tuple(tensor(t) for t in ins if t is not None),
+                tuple(tensor(t) for t in outs),
+            )
+        )
+    return tuple(layers)
 
 
 @dataclass(frozen=True)
@@ -58,20 +101,30 @@ class EngineRecord:
     aliases: dict[str, str]  # output name -> the input it aliases
     plan: Plan
     num_layers: int
+    layers: tuple[LayerRecord, ...]  # the network's, for the engine inspector
+    profiling_verbosity: object  # trt.ProfilingVerbosity the engine was built with
 
     def tensor(self, name: str) -> IOTensor | None:
         return next((t for t in self.tensors if t.name == name), None)
 
 
-def record_network(network: object, profiles: Sequence[ProfileShapes], sha256: str) -> EngineRecord:
+def record_network(
+    network: object,
+    profiles: Sequence[ProfileShapes],
+    sha256: str,
+    profiling_verbosity: object = None,
+) -> EngineRecord:
     """Compile ``network`` for the interpreter (its weights must still be alive) and describe
-    its I/O. With no profile (a static network) the one implicit profile is the static shapes:
-    "If none of the inputs are dynamic, the default optimization profile will be generated
-    automatically" (IOptimizationProfile)."""
+    its I/O and layers. With no profile (a static network) the one implicit profile is the
+    static shapes: "If none of the inputs are dynamic, the default optimization profile will
+    be generated automatically" (IOptimizationProfile). ``profiling_verbosity`` None:
+    TensorRT's default, ``LAYER_NAMES_ONLY`` ("By default, the profiling verbosity is set to
+    ProfilingVerbosity.LAYER_NAMES_ONLY", EngineInspector), which is what trt_kv builds
+    with (``trt_kv.builder.build_engine`` sets none)."""
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     outputs = [network.get_output(i) for i in range(network.num_outputs)]
     tensors = tuple(
-        IOTensor(t.name, is_input, tuple(t.shape), dtypes.to_numpy(t.dtype))
+        IOTensor(t.name, is_input, tuple(t.shape), dtypes.to_numpy(t.dtype), _dim_names(t))
         for ts, is_input in ((inputs, True), (outputs, False))
         for t in ts
     )
@@ -84,7 +137,16 @@ def record_network(network: object, profiles: Sequence[ProfileShapes], sha256: s
         aliases={a.output: a.input for a in cache_aliases(network)},
         plan=compile_network(network),
         num_layers=network.num_layers,
+        layers=record_layers(network),
+        profiling_verbosity=profiling_verbosity or trt.ProfilingVerbosity.LAYER_NAMES_ONLY,
     )
+
+
+def _dim_names(tensor: object) -> tuple[str | None, ...]:
+    """The dimension names of a network input (empty for outputs, or without the feature)."""
+    if not (_trt.FEATURES.dimension_names and tensor.is_network_input):
+        return ()
+    return tuple(tensor.get_dimension_name(d) for d in range(len(tuple(tensor.shape))))
 
 
 # sha256 -> the record, or why none could be made (a network the interpreter cannot run)
@@ -156,7 +218,8 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
         from trt_kv.jobs import OPTIONS_KEY, BuildOptions, weights_digest
         from trt_kv.models.llama import build_llama_network
 
-        _, config, weights = load_model(recipe["model"])
+        model = load_model(recipe["model"], progress=False)
+        config, weights = model.config, model.weights
         digest = weights_digest(weights)
         if digest != recipe["weights_sha256"]:
             raise EmulatorError(
@@ -193,7 +256,7 @@ def install_hooks() -> Callable[[], None]:
         if data is not None:
             _, profiles = _PROFILES.pop(id(config), (config, []))
             sha = hashlib.sha256(memoryview(data)).hexdigest()
-            _RECORDS[sha] = _record_build(network, profiles, sha)
+            _RECORDS[sha] = _record_build(network, profiles, sha, config.profiling_verbosity)
         return data
 
     def load_engine_file(*args: object, **kwargs: object) -> tuple[bytes, EngineMeta]:
@@ -214,7 +277,9 @@ def install_hooks() -> Callable[[], None]:
     return undo
 
 
-def _record_build(network: object, profiles: list[object], sha: str) -> EngineRecord | str:
+def _record_build(
+    network: object, profiles: list[object], sha: str, verbosity: object
+) -> EngineRecord | str:
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     shapes = [
         {
@@ -225,6 +290,6 @@ def _record_build(network: object, profiles: list[object], sha: str) -> EngineRe
         for p in profiles
     ]
     try:
-        return record_network(network, shapes, sha)
+        return record_network(network, shapes, sha, verbosity)
     except TrtKvError as err:  # the engine exists; only running it on the CPU is impossible
         return f"the interpreter cannot run this engine's network ({err})"

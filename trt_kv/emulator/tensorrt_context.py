@@ -214,6 +214,13 @@ class IExecutionContext:
         """The profile and input shapes: what shape-dependent set-up depends on."""
         return (self._profile, tuple(sorted(self._shapes.items())))
 
+    def _check_named_dimensions(self) -> None:
+        # "Dimensions with the same non-empty name must be equal at runtime."
+        # (ITensor.setDimensionName)
+        for name, sizes in _named_sizes(self._record.tensors, self._shapes).items():
+            if len(set(sizes.values())) > 1:
+                raise _Refused(f"input dimensions named {name!r} differ: {sizes}")
+
     def _check(self) -> _Binding:
         memory = device().memory
         if self._config is not None and self._config() is None:
@@ -224,6 +231,7 @@ class IExecutionContext:
         missing = self.infer_shapes()
         if missing:
             raise _Refused(f"input shapes not set: {missing}")
+        self._check_named_dimensions()
         inputs, outputs = [], []
         for t in self._record.tensors:
             address = self._addresses.get(t.name, 0)
@@ -292,6 +300,16 @@ class IExecutionContext:
 
 def _nbytes(shape: Shape, dtype: np.dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _named_sizes(tensors: object, shapes: dict) -> dict[str, dict[str, int]]:
+    """Dimension name -> {"input[axis]": size} over the inputs' set shapes."""
+    found: dict[str, dict[str, int]] = {}
+    for t in tensors:
+        for axis, name in enumerate(t.dim_names):
+            if name and t.is_input:
+                found.setdefault(name, {})[f"{t.name}[{axis}]"] = shapes.get(t.name, t.shape)[axis]
+    return found
 
 
 def _check_range(memory: object, name: str, address: int, nbytes: int) -> None:

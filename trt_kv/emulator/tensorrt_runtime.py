@@ -1,4 +1,5 @@
-"""Emulated TensorRT runtime: ``Runtime``, ``ICudaEngine``, ``IRuntimeConfig``.
+"""Emulated TensorRT runtime: ``Runtime``, ``ICudaEngine``, ``IRuntimeConfig`` (the
+``EngineInspector`` is in :mod:`.tensorrt_inspector`).
 
 Installed in place of the TensorRT module's classes of the same names (``trt.Runtime`` is
 what ``trt_kv`` and Polygraphy construct; ``isinstance(x, trt.ICudaEngine)`` is how
@@ -65,6 +66,7 @@ class ICudaEngine:
         self._logger = logger
         self.name = f"emulated-{record.sha256[:12]}"
         self.num_layers = record.num_layers
+        self.profiling_verbosity = record.profiling_verbosity
         self.num_aux_streams = 0
         self.device_memory_size_v2 = 0
         self.streamable_weights_size = 0
@@ -128,6 +130,14 @@ class ICudaEngine:
     def get_device_memory_size_for_profile_v2(self, profile_index: int) -> int:
         return 0
 
+    # -- the engine inspector ------------------------------------------------------------------
+    def create_engine_inspector(self) -> object:
+        """An ``EngineInspector`` over this engine's layers (the network's, unfused: see
+        :mod:`trt_kv.emulator.tensorrt_inspector` for what it cannot know)."""
+        from trt_kv.emulator.tensorrt_inspector import EngineInspector
+
+        return EngineInspector(self, self._record.layers, self._logger)
+
     # -- contexts ----------------------------------------------------------------------------
     def create_runtime_config(self) -> IRuntimeConfig:
         return IRuntimeConfig()
@@ -143,19 +153,20 @@ class ICudaEngine:
 
 
 # Names of the TensorRT module replaced while the emulator is installed.
-STAND_INS = ("Runtime", "ICudaEngine", "IExecutionContext", "IRuntimeConfig")
+STAND_INS = ("Runtime", "ICudaEngine", "IExecutionContext", "IRuntimeConfig", "EngineInspector")
 
 
 def install() -> Callable[[], None]:
     """Replace the TensorRT runtime classes with the emulated ones and start recording
     engines built and sidecars read; returns the function that undoes both."""
-    from trt_kv.emulator import tensorrt_context
+    from trt_kv.emulator import tensorrt_context, tensorrt_inspector
 
     ours = {
         "Runtime": Runtime,
         "ICudaEngine": ICudaEngine,
         "IExecutionContext": tensorrt_context.IExecutionContext,
         "IRuntimeConfig": IRuntimeConfig,
+        "EngineInspector": tensorrt_inspector.EngineInspector,
     }
     saved = {name: getattr(trt, name) for name in STAND_INS if hasattr(trt, name)}
     for name, cls in ours.items():

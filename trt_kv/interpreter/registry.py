@@ -93,6 +93,20 @@ def handles(layer_type: object, layer_class: type | None) -> Callable[[Handler],
     return register
 
 
+def handles_optional(
+    feature: str, layer_type: str, layer_class: str
+) -> Callable[[Handler], Handler]:
+    """:func:`handles` for a layer only some TensorRT versions have: ``trt.LayerType.<layer_type>``
+    and ``trt.<layer_class>`` are read only when ``FEATURES.<feature>`` says the installed
+    module has them; otherwise nothing is registered (no network of that module can hold the
+    layer)."""
+    from trt_kv import _trt
+
+    if not getattr(_trt.FEATURES, feature):
+        return lambda fn: fn
+    return handles(getattr(_trt.trt.LayerType, layer_type), getattr(_trt.trt, layer_class))
+
+
 def type_name(layer: object) -> str:
     """``"SHUFFLE"`` for a shuffle layer: the ``LayerType`` member name."""
     return str(layer.type).rsplit(".", 1)[-1]

@@ -14,6 +14,7 @@ from trt_kv.interpreter.registry import (
     Kernel,
     arg,
     handles,
+    handles_optional,
     input_or_none,
     rank_of,
 )
@@ -231,7 +232,7 @@ def _axes(value: Array | None, rank: int) -> tuple[int, ...]:
     return tuple(sorted(int(a) % rank for a in np.asarray(value).ravel()))
 
 
-@handles(trt.LayerType.SQUEEZE, trt.ISqueezeLayer)
+@handles_optional("squeeze_layers", "SQUEEZE", "ISqueezeLayer")
 def squeeze(layer: object, ctx: Context) -> object:
     """Drop the axes in input 1; without it, every axis declared with static size 1."""
     rank = rank_of(layer.get_input(0))
@@ -241,7 +242,7 @@ def squeeze(layer: object, ctx: Context) -> object:
     return Kernel(lambda x: np.squeeze(x[0], axis=_axes(x[1], rank)), moves=True)
 
 
-@handles(trt.LayerType.UNSQUEEZE, trt.IUnsqueezeLayer)
+@handles_optional("squeeze_layers", "UNSQUEEZE", "IUnsqueezeLayer")
 def unsqueeze(layer: object, ctx: Context) -> object:
     """Insert size-1 axes at the output positions in input 1 (negative counts from the end)."""
     out_rank = rank_of(layer.get_output(0))

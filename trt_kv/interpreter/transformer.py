@@ -1,6 +1,8 @@
 """Transformer layers: rotary embedding, KV-cache update (native layer and trt_kv's plugin),
-attention v2. The arithmetic is :mod:`trt_kv.reference.ops`; this module only maps TensorRT's
-layer inputs and attributes onto it."""
+attention. The arithmetic is :mod:`trt_kv.reference.ops`; this module only maps TensorRT's
+layer inputs and attributes onto it. Names only some TensorRT versions have (the layers,
+``CausalMaskKind``, ``AttentionIOForm``) are read only where :data:`trt_kv._trt.FEATURES` says
+the installed module has them, at the time a layer is compiled."""
 
 from __future__ import annotations
 
@@ -8,21 +10,43 @@ import itertools
 
 import numpy as np
 
+from trt_kv import _trt
 from trt_kv._trt import trt
 from trt_kv.errors import ShapeError, mismatch
 from trt_kv.interpreter.half import widen_to
-from trt_kv.interpreter.registry import Array, Context, Inputs, Kernel, arg, handles, input_or_none
+from trt_kv.interpreter.registry import (
+    Array,
+    Context,
+    Inputs,
+    Kernel,
+    arg,
+    handles_optional,
+    input_or_none,
+)
 from trt_kv.reference import ops
 
-_CAUSAL = {
-    trt.CausalMaskKind.NONE: "none",
-    trt.CausalMaskKind.UPPER_LEFT: "upper_left",
-    trt.CausalMaskKind.LOWER_RIGHT: "lower_right",
-}
-_PACKED = trt.AttentionIOForm.PACKED_NHD
+
+def _packed(form: object) -> bool:
+    """Whether an IAttention / IKVCacheUpdateLayer form is ``AttentionIOForm.PACKED_NHD`` (read
+    only where the module has forms: callers check FEATURES first)."""
+    return form == trt.AttentionIOForm.PACKED_NHD
 
 
-@handles(trt.LayerType.ROTARY_EMBEDDING, trt.IRotaryEmbeddingLayer)
+def _causal(att: object) -> str:
+    """The causal kind ("none", "upper_left", "lower_right"): ``IAttention.causal_kind``
+    (TensorRT 11, RTX), else the boolean ``causal`` of TensorRT 10.14/10.15 (True is
+    UPPER_LEFT, the legacy meaning TensorRT 11 documents for ``causal=true``)."""
+    if not _trt.FEATURES.causal_mask_kind:
+        return "upper_left" if att.causal else "none"
+    kinds = {
+        trt.CausalMaskKind.NONE: "none",
+        trt.CausalMaskKind.UPPER_LEFT: "upper_left",
+        trt.CausalMaskKind.LOWER_RIGHT: "lower_right",
+    }
+    return kinds[att.causal_kind]
+
+
+@handles_optional("rotary_embedding", "ROTARY_EMBEDDING", "IRotaryEmbeddingLayer")
 def rotary_embedding(layer: object, ctx: Context) -> object:
     """RoPE of ``x [B, N, S, H]`` on its leading ``R`` dims (``rotary_embedding_dim``, 0 = H);
     the rest passes through. With ``position_ids [B, S]`` (input 3), cos/sin are
@@ -97,19 +121,19 @@ def _write_rows(cache: Array, update: Array, write_indices: Array) -> Array:
     return cache
 
 
-@handles(trt.LayerType.KV_CACHE_UPDATE, trt.IKVCacheUpdateLayer)
+@handles_optional("kv_cache_update_layer", "KV_CACHE_UPDATE", "IKVCacheUpdateLayer")
 def kv_cache_update(layer: object, ctx: Context) -> Kernel:
     """LINEAR update of ``cache [B, N, S_max, H]`` from a padded ``[B, N, S, H]`` update, or a
     packed ``[T, N, H]`` one with ``update_lengths [B + 1]`` (input 3)."""
     if layer.cache_mode != trt.KVCacheMode.LINEAR:
         raise ctx.unsupported(f"cache mode {layer.cache_mode}")
-    packed = layer.update_form == _PACKED
+    packed = _trt.FEATURES.packed_update_form and _packed(layer.update_form)
     if packed and input_or_none(layer, 3) is None:
         raise ctx.unsupported("PACKED_NHD update form without update_lengths")
     return _cache_update(packed, ctx.fast)
 
 
-@handles(trt.LayerType.PLUGIN_V3, trt.IPluginV3Layer)
+@handles_optional("python_plugins", "PLUGIN_V3", "IPluginV3Layer")
 def plugin_v3(layer: object, ctx: Context) -> Kernel:
     """trt_kv's cache-update plugin (inputs cache, update, write_indices[, update_lengths]),
     executed like the native layer. Any other plugin is unsupported."""
@@ -142,9 +166,10 @@ def _keys_seen(skv: int, mask: Array | None, kv_len: Array | None, causal: str) 
     return min(skv, max(1, n))
 
 
-@handles(trt.LayerType.ATTENTION_INPUT, trt.IAttentionBoundaryLayer)
+@handles_optional("attention", "ATTENTION_INPUT", "IAttentionBoundaryLayer")
 def attention_input(layer: object, ctx: Context) -> Kernel:
-    """Attention v2 (computed here; ATTENTION_OUTPUT passes the result on).
+    """IAttention (``add_attention`` or ``add_attention_v2``; computed here, ATTENTION_OUTPUT
+    passes the result on).
 
     Inputs: 0 query ``[B, Nq, Sq, H]``, 1 key, 2 value ``[B, Nkv, Skv, H]`` (Nq a multiple of
     Nkv: GQA), 3 mask (bool, True keeps; or additive float) broadcastable to
@@ -164,8 +189,10 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         raise ctx.unsupported(f"norm_op {att.norm_op}")
     if att.normalization_quantize_scale is not None:
         raise ctx.unsupported("normalization_quantize_scale")
-    causal = _CAUSAL[att.causal_kind]
-    q_packed, kv_packed = att.query_form == _PACKED, att.key_value_form == _PACKED
+    causal = _causal(att)
+    forms = _trt.FEATURES.attention_io_forms
+    q_packed = forms and _packed(att.query_form)
+    kv_packed = forms and _packed(att.key_value_form)
     if (q_packed or kv_packed) and input_or_none(layer, 3) is not None:
         raise ctx.unsupported("a mask with PACKED_NHD query or key/value form")
 
@@ -202,7 +229,7 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
     return Kernel(run, raw_inputs=frozenset({1, 2}) if ctx.fast else frozenset())
 
 
-@handles(trt.LayerType.ATTENTION_OUTPUT, trt.IAttentionBoundaryLayer)
+@handles_optional("attention", "ATTENTION_OUTPUT", "IAttentionBoundaryLayer")
 def attention_output(layer: object, ctx: Context) -> object:
     """The attention result computed by the matching ATTENTION_INPUT layer."""
     return Kernel(lambda x: x[0], moves=True)

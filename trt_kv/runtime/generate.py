@@ -25,14 +25,42 @@ from trt_kv.runtime.session import Session
 
 @dataclass(frozen=True)
 class Generation:
+    """What :func:`generate` produced, with prefill and decode timed apart.
+
+    Prefill is the one ``session.prefill`` call over every prompt token; its logits give each
+    sequence its first new token. Decode is everything after it (sampling, streaming, the
+    ``steps - 1`` ``session.decode`` calls, longrope's prefill again of a sequence that
+    crosses its original length), so its tokens are the new tokens but the first of each
+    sequence.
+    """
+
     ids: list[list[int]]  # generated ids only, one list per prompt
-    seconds: float
-    steps: int
+    seconds: float  # prefill_seconds + decode_seconds
+    steps: int  # 1 prefill + decode steps
+    prefill_tokens: int = 0  # prompt tokens fed to the prefill
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
 
     @property
-    def tokens_per_s(self) -> float:
-        total = sum(len(i) for i in self.ids)
-        return total / self.seconds if self.seconds > 0 else 0.0
+    def decode_steps(self) -> int:
+        return self.steps - 1
+
+    @property
+    def decode_tokens(self) -> int:
+        """New tokens the decode steps produced (each sequence's first came from prefill)."""
+        return sum(max(len(i) - 1, 0) for i in self.ids)
+
+    @property
+    def decode_ms_per_step(self) -> float | None:
+        """Milliseconds per decode step; None when there was none."""
+        return self.decode_seconds * 1e3 / self.decode_steps if self.decode_steps else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Decode tokens per second (all sequences); None without a decode step."""
+        if not self.decode_steps or self.decode_seconds <= 0:
+            return None
+        return self.decode_tokens / self.decode_seconds
 
 
 def generate(
@@ -85,6 +113,7 @@ def generate(
     shown = None if on_token else bar(len(prompts) * max_new_tokens, "generate", unit="tok")
     start = time.perf_counter()
     logits = session.prefill(prompts)
+    prefilled = time.perf_counter()
     steps = 1
     out: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
@@ -103,10 +132,17 @@ def generate(
         logits = session.decode(next_ids)
         steps += 1
         _recompute_long_rope(session, prompts, out, done, logits)
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
     if shown is not None:
         shown.close()
-    return Generation(out, seconds, steps)
+    return Generation(
+        out,
+        end - start,
+        steps,
+        prefill_tokens=sum(map(len, prompts)),
+        prefill_seconds=prefilled - start,
+        decode_seconds=end - prefilled,
+    )
 
 
 def _recompute_long_rope(

@@ -18,6 +18,12 @@ float32 after RoPE (TensorRT's attention does not scale scores). The causal mask
 (key j visible to query s iff j <= position_ids[s]), which is right for ragged right-padded
 prefill where a LOWER_RIGHT causal kind is not.
 
+Every input names its batch dimension ``B`` (and ``input_ids`` / ``position_ids`` their step
+dimension ``S``) where TensorRT has ``ITensor.set_dimension_name``: dimensions named alike are
+equal at run time, so the builder knows the caches of every layer have the batch of
+``input_ids`` and compiles the kernels that read them once, not once per layer (float16
+SmolLM2-135M on TensorRT-RTX 1.7.1: 1.083x instead of 1.122x the parameter bytes).
+
 Two optimization profiles share the one engine (weights stored once): ``decode`` (S = 1) and
 ``prefill`` (S = 1..max_step_tokens); the runtime picks one per step
 (:func:`trt_kv.runtime.profiles.select_profile`).
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trt_kv import _trt
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.model_caches import ModelCaches, cache_names
@@ -213,6 +220,7 @@ def build_llama_network(
     logits.name = LOGITS
     network.mark_output(logits)
     names = {network.get_input(i).name for i in range(network.num_inputs)}
+    _name_dimensions(network)
     profiles = [
         _profile(DECODE, names, cfg, max_seq_len, max_batch, 1, 1),
         _profile(PREFILL, names, cfg, max_seq_len, max_batch, max_step_tokens, max_step_tokens),
@@ -230,6 +238,19 @@ def build_llama_network(
         chosen,
         g.keep,
     )
+
+
+def _name_dimensions(network: object) -> None:
+    """Name axis 0 of every input ``B`` (all are per sequence: a step binds B cache slots to
+    B sequences) and axis 1 of the token inputs ``S``; skipped on a TensorRT without
+    dimension names."""
+    if not _trt.FEATURES.dimension_names:
+        return
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        tensor.set_dimension_name(0, "B")
+        if tensor.name in (INPUT_IDS, POSITION_IDS):
+            tensor.set_dimension_name(1, "S")
 
 
 def _profile(
