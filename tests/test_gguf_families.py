@@ -114,3 +114,17 @@ def test_interpreter_on_the_built_network_equals_the_reference(case):
     fresh = Session(ReferenceBackend(config, weights, capacity=2, max_seq_len=S_MAX))
     ours = generate(Session(InterpreterBackend(net)), PROMPTS, 6).ids
     assert ours == generate(fresh, PROMPTS, 6).ids
+
+
+def test_gemma_norms_read_as_float16_are_w_rounded_once(tmp_path):
+    """The file stores float32(1 + w); read as float16 each norm weight is float16(w) (within
+    one float16 step of w), not float16(1 + w) - 1, whose error is 1's step (2**-11) even for
+    a small w (this model's w are 0.2 * randn, many below 0.05)."""
+    model, path = written_case("gemma", tmp_path)
+    tensors = read_gguf(path, np.float16).tensors
+    norms = [k for k in tensors if k.endswith("norm.weight")]
+    assert len(norms) == 5  # 2 layers x (input, post-attention) + final
+    for key in norms:
+        w = model.state_dict()[key].numpy()
+        assert tensors[key].dtype == np.float16
+        np.testing.assert_allclose(tensors[key], w, rtol=2**-10, atol=0, err_msg=key)

@@ -24,6 +24,7 @@ from transformers.integrations.gguf.dequant import dequantize as hf_dequantize
 
 from trt_kv.checkpoints import read_gguf
 from trt_kv.checkpoints.gguf import unpermute_rows
+from trt_kv.checkpoints.gguf_archs import hf_config
 from trt_kv.cli import main
 from trt_kv.errors import ConfigError
 from trt_kv.models.llama import LlamaConfig
@@ -205,6 +206,11 @@ def test_unpermute_inverts_llama_cpp_permute(shape):
     np.testing.assert_array_equal(unpermute_rows(llama_cpp_permute(w, n_head), n_head), w)
 
 
+def test_unpermute_of_rows_that_do_not_split_into_the_heads_is_refused():
+    with pytest.raises(ConfigError, match=r"rows: expected a multiple of 2 \* 4 heads, got 30"):
+        unpermute_rows(np.zeros((30, 5), np.float32), 4)
+
+
 # -- refused files ------------------------------------------------------------------------
 
 
@@ -219,6 +225,11 @@ def test_other_architecture_is_refused_naming_it(tmp_path):
         match=rf"general\.architecture: expected one of {re.escape(expected)}, got 'gemma2'",
     ):
         read_gguf(path)
+
+
+def test_hf_config_of_another_architecture_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"general\.architecture: expected one of .*got 'gemma2'"):
+        hf_config(lambda key, default=None: default, "gemma2", set(), {})
 
 
 def test_unknown_tensor_is_refused_naming_it(tmp_path):

@@ -182,3 +182,18 @@ def test_unknown_tokenizer_model_is_refused_naming_it(tmp_path):
     path = write_gguf(tmp_path / "t5.gguf", "qwen2", meta, {})
     with pytest.raises(ConfigError, match=r"tokenizer\.ggml\.model: expected one of .*got 't5'"):
         read_gguf(path).tokenizer()
+
+
+def test_special_token_id_outside_the_vocabulary_is_refused_naming_its_key(tmp_path):
+    meta = {
+        "qwen2.block_count": 1,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": ["a", "b"],
+        "tokenizer.ggml.padding_token_id": 2,
+    }
+    path = write_gguf(tmp_path / "pad.gguf", "qwen2", meta, {})
+    with pytest.raises(
+        ConfigError,
+        match=r"tokenizer\.ggml\.padding_token_id: expected a token id in \[0, 2\), got 2",
+    ):
+        read_gguf(path).tokenizer()

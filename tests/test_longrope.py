@@ -244,3 +244,25 @@ def test_engine_on_the_gpu_backends_generates_the_reference_ids(engine, referenc
     else:
         runner = TrtBackend(engine, cuda_graph=backend == "tensorrt-graph")
     assert generate(Session(runner), PROMPTS, NEW).ids == reference_ids
+
+
+def test_inspect_names_the_rope_lengths_input_and_the_length_past_which_it_switches(phi3, tmp_path):
+    """What a user driving the engine from their own loop reads off ``trt-kv inspect``."""
+    from trt_kv.cli.inspect import format_report, report
+
+    _, config, weights = phi3
+    built = build_llama_engine(
+        "phi3-longrope",
+        config,
+        weights,
+        dtype="float32",
+        max_seq_len=S_MAX,
+        max_batch=2,
+        max_step_tokens=8,
+        out_dir=tmp_path,
+    )
+    text = format_report(report(built.path))
+    assert "model_type=phi3" in text
+    assert "longrope: a sequence whose rope_lengths > 32 reads the long table" in text
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if " input " in line}
+    assert rows[ROPE_LENGTHS][:3] == ["input", "int32", "[-1]"]

@@ -32,8 +32,17 @@ from trt_kv.progress import track
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's Q/K permutation: per head, its converter interleaves the two halves
     of the rotary dimension (rows ``[0, H/2, 1, H/2 + 1, ...]``); this restores Hugging
-    Face's half-split order. ``w [n_head * H, D]`` (a bias ``[n_head * H]`` too)."""
+    Face's half-split order. ``w [n_head * H, D]`` (a bias ``[n_head * H]`` too).
+
+    Raises:
+        ConfigError: rows not a multiple of ``2 * n_head`` (head counts that do not fit the
+            tensor: a malformed file).
+    """
     rows = w.shape[0]
+    if n_head < 1 or rows % (2 * n_head):
+        raise ConfigError(
+            mismatch("Q/K projection rows", f"a multiple of 2 * {n_head} heads", "", rows)
+        )
     h = rows // n_head
     return w.reshape(n_head, h // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
@@ -103,18 +112,29 @@ def _dequantize(tensor: object, dtype: np.dtype, path: Path) -> np.ndarray:
     return np.asarray(array, dtype=dtype).reshape(shape)
 
 
+_SPECIAL_KEYS = {
+    "bos_token": "tokenizer.ggml.bos_token_id",
+    "eos_token": "tokenizer.ggml.eos_token_id",
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+}
+
+
 def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
-    ids = {
-        "bos_token": fields.get("tokenizer.ggml.bos_token_id"),
-        "eos_token": fields.get("tokenizer.ggml.eos_token_id"),
-        "unk_token": fields.get("tokenizer.ggml.unknown_token_id"),
-        "pad_token": fields.get("tokenizer.ggml.padding_token_id"),
-    }
+    """The file's tokenizer. Raises ConfigError: a special token id outside the vocabulary
+    (named by its key), or what :meth:`TextTokenizer.from_gguf_vocab` raises."""
+    tokens = fields.require("tokenizer.ggml.tokens")
+    ids = {name: fields.get(key) for name, key in _SPECIAL_KEYS.items()}
+    for name, value in ids.items():
+        if value is not None and not 0 <= int(value) < len(tokens):
+            raise ConfigError(
+                mismatch(_SPECIAL_KEYS[name], f"a token id in [0, {len(tokens)})", "", value)
+            )
     model = fields.require("tokenizer.ggml.model")
     return TextTokenizer.from_gguf_vocab(
         model=model,
         pre=fields.get("tokenizer.ggml.pre", "default"),
-        tokens=fields.require("tokenizer.ggml.tokens"),
+        tokens=tokens,
         merges=fields.get("tokenizer.ggml.merges", []),
         scores=fields.get("tokenizer.ggml.scores", []),
         token_types=fields.get("tokenizer.ggml.token_type", []),
@@ -169,7 +189,10 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
                 if f".{proj}." in hf_name and n_head:
                     array = unpermute_rows(array, int(n_head))
         if arch.norm_offset and hf_name.endswith("norm.weight"):
-            array = (array.astype(np.float32) - np.float32(arch.norm_offset)).astype(dtype)
+            # minus the offset in float32, then rounded to dtype once: float16(1 + w) - 1
+            # would carry 1's rounding step (2**-11) into every small w
+            stored = _dequantize(by_name[name], np.dtype(np.float32), path)
+            array = (stored - np.float32(arch.norm_offset)).astype(dtype)
         tensors[hf_name] = array
     eos = [fields.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
     return Checkpoint(

@@ -255,12 +255,13 @@ def hf_config(
     tensors (``ROPE_TENSORS``) as arrays.
 
     Raises:
-        ConfigError: a metadata key in ``REFUSED_KEYS`` at a value not built, a sliding window
+        ConfigError: an architecture not in :data:`ARCHITECTURES`, a metadata key in
+            ``REFUSED_KEYS`` at a value not built, a sliding window
             in an architecture without one, a value length other than the key length, a
             rotary size other than the head size (partial only in phi3), RoPE factors that
             are not llama3's. Each message names the key and the value.
     """
-    arch = ARCHITECTURES[arch_name]
+    arch = architecture(arch_name, "hf_config")
     config: dict = {"model_type": arch.model_type, **arch.defaults}
     for key, hf_key in METADATA.items():
         value = meta(f"{arch_name}.{key}")

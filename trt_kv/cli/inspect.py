@@ -181,9 +181,21 @@ def format_report(r: dict) -> str:
         lines.append("build        " + " ".join(f"{k}={v}" for k, v in options.items()))
     config = r["recipe"].get("config")
     if config:
-        keys = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")
+        keys = (
+            "model_type",
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+        )
         brief = " ".join(f"{k}={config[k]}" for k in keys if k in config)
         lines.append(f"model        {r['recipe'].get('model', '?')} {brief}")
+        rope = config.get("rope_scaling") or {}
+        if any(t["name"] == "rope_lengths" for t in r["tensors"]):  # longrope past its length
+            lines.append(
+                "rope         longrope: a sequence whose rope_lengths > "
+                f"{rope.get('original_max_position_embeddings')} reads the long table"
+            )
     mem = r["cache_memory"]
     if mem:
         lines.append(
