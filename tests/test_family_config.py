@@ -3,10 +3,14 @@
 import numpy as np
 import pytest
 
-from trt_kv.errors import ConfigError, ShapeError
+from trt_kv._trt import trt
+from trt_kv.builder import create_network
+from trt_kv.errors import ArgumentError, ConfigError, ShapeError
 from trt_kv.models.family import FAMILIES
 from trt_kv.models.llama import LlamaConfig, rope_tables
+from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.rope import long_rope_after, rope_row_ids, rope_rows
+from trt_kv.models.llama.rope_layers import add_rope
 from trt_kv.models.llama.weights import split_fused
 
 BASE = {
@@ -155,6 +159,17 @@ def test_phi3_longrope_past_the_original_length_stacks_the_long_table_after_the_
     # a sequence whose length after the step is 17 (> 16) reads the long rows, 16 the short
     rows = rope_row_ids(c, np.array([[15, 16], [14, 15]]), np.array([17, 16]), 17)
     np.testing.assert_array_equal(rows, [[32, 33], [14, 15]])
+
+
+def test_add_rope_refuses_longrope_without_rope_lengths_before_adding_layers():
+    _builder, network = create_network()  # the builder stays alive with the network
+    positions = network.add_input("position_ids", trt.int64, (1, 4))
+    c = LlamaConfig.from_hf(PHI3_LONGROPE)
+    with pytest.raises(ArgumentError, match=r"rope_lengths: expected a \[B\] int32 .* got None"):
+        add_rope(Graph(network, "float32"), "elementwise", c, positions, 17)
+    assert network.num_layers == 0
+    add_rope(Graph(network, "float32"), "elementwise", c, positions, 16)  # one table: unused
+    assert network.num_layers > 0
 
 
 def test_phi3_fused_projections_split_in_order():

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt_kv._trt import trt
+from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.rope import long_rope_after, rope_rows
@@ -67,10 +68,24 @@ def add_rope(
 ) -> Rope:
     """The RoPE tensors of ``route`` for positions ``position_ids [B, S]`` int64 below
     ``max_seq_len``; ``rope_lengths [B]`` int32 picks longrope's table per sequence (needed
-    when :func:`~trt_kv.models.llama.rope.long_rope_after` is set, else unused)."""
+    when :func:`~trt_kv.models.llama.rope.long_rope_after` is set, else unused).
+
+    Raises:
+        ArgumentError: longrope's long table is in reach and ``rope_lengths`` is None
+            (checked before any layer is added).
+    """
+    after = long_rope_after(config, max_seq_len)
+    if after is not None and rope_lengths is None:
+        raise ArgumentError(
+            mismatch(
+                "rope_lengths",
+                f"a [B] int32 tensor (longrope with max_seq_len {max_seq_len} > original",
+                f"{after})",
+                None,
+            )
+        )
     cos, sin = rope_rows(config, max_seq_len)  # [T, R/2] float32
     rows = position_ids
-    after = long_rope_after(config, max_seq_len)
     if after is not None:  # row = position + S_max where rope_lengths[b] > original
         long = g.eltwise(rope_lengths, g.const(np.full(1, after), "int32"), _GREATER)  # [B]
         shift = g.const(np.full(1, max_seq_len), "int64")
