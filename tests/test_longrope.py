@@ -21,6 +21,7 @@ import transformers
 from hf_models import greedy_ids, save_random_model
 
 from trt_kv.builder import Routes
+from trt_kv.errors import ArgumentError, DTypeError, ShapeError
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights
 from trt_kv.models.llama.network import ROPE_LENGTHS
@@ -85,6 +86,27 @@ def _close(ours, theirs):
 def _hf_logits(model, prompt):
     with torch.no_grad():
         return model(torch.tensor([prompt])).logits[0].numpy()  # [S, V]
+
+
+@pytest.mark.parametrize(
+    "rope_lengths, error, message",
+    [
+        (np.array([[40]]), ShapeError, r"rope_lengths: expected shape \[1\], got \[1, 1\]"),
+        (np.array([40, 40]), ShapeError, r"rope_lengths: expected shape \[1\], got \[2\]"),
+        (np.array([40.0]), DTypeError, r"rope_lengths: expected an integer dtype, got float64"),
+        (np.array([-1]), ArgumentError, r"rope_lengths: expected values >= 0, got \[-1\]"),
+    ],
+)
+def test_reference_forward_refuses_bad_rope_lengths_before_the_caches_change(
+    phi3, rope_lengths, error, message
+):
+    _, config, weights = phi3
+    caches = empty_caches(config, 1, S_MAX)
+    ids, positions = np.array([P40[:4]]), np.arange(4)[None]
+    with pytest.raises(error, match=message):
+        forward(config, weights, ids, positions, caches, np.zeros(1, np.int32), np.array([4]),
+                rope_lengths=rope_lengths)  # fmt: skip
+    assert all(not k.any() and not v.any() for k, v in caches)
 
 
 def test_prefill_past_the_original_length_takes_the_long_table_for_every_token(phi3):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import rope_row_ids, rope_rows
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
@@ -89,6 +90,16 @@ def _attention_block(
     return _project(out.transpose(0, 2, 1, 3).reshape(b, s, nq * h), lw.wo, lw.bo)
 
 
+def _check_rope_lengths(rope_lengths: np.ndarray, batch: int) -> None:
+    """Refuse ``rope_lengths`` that is not ``[B]`` non-negative integers, by name."""
+    if rope_lengths.shape != (batch,):
+        raise ShapeError(mismatch("rope_lengths", "shape", [batch], list(rope_lengths.shape)))
+    if not np.issubdtype(rope_lengths.dtype, np.integer):
+        raise DTypeError(mismatch("rope_lengths", "an integer dtype", "", rope_lengths.dtype))
+    if (rope_lengths < 0).any():
+        raise ArgumentError(mismatch("rope_lengths", "values >= 0", "", rope_lengths.tolist()))
+
+
 def forward(
     cfg: LlamaConfig,
     w: LlamaWeights,
@@ -114,7 +125,14 @@ def forward(
 
     Returns:
         logits ``[B, S, V]`` in the weights' dtype.
+
+    Raises:
+        ShapeError: ``rope_lengths`` not ``[B]``.
+        DTypeError: ``rope_lengths`` not integers.
+        ArgumentError: a negative ``rope_lengths`` entry (all checked before the caches change).
     """
+    if rope_lengths is not None:
+        _check_rope_lengths(np.asarray(rope_lengths), input_ids.shape[0])
     x = w.embed[input_ids]  # [B, S, D]
     if cfg.embed_scale:  # sqrt(D) rounded to the compute dtype first, as Hugging Face does
         x = x * np.asarray(cfg.hidden_size**0.5, x.dtype)
