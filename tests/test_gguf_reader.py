@@ -274,6 +274,22 @@ def test_metadata_that_changes_the_network_and_is_not_built_is_refused(
         read_gguf(path)
 
 
+@pytest.mark.parametrize(
+    ("present", "missing"),
+    [("rope_factors_short", "rope_factors_long"), ("rope_factors_long", "rope_factors_short")],
+)
+def test_one_longrope_factor_tensor_alone_is_refused_naming_the_missing_one(
+    tmp_path, present, missing
+):
+    meta = {f"phi3.{k}": v for k, v in HEADS.items()}
+    meta["phi3.rope.scaling.original_context_length"] = 16
+    tensors = {**EMBED, f"{present}.weight": np.ones(4, np.float32)}
+    path = write_gguf(tmp_path / "f.gguf", "phi3", meta, tensors)
+    message = rf"{missing}\.weight: expected a tensor beside {present}\.weight, got 'no such"
+    with pytest.raises(ConfigError, match=message):
+        read_gguf(path)
+
+
 def test_rope_scaling_kind_not_built_is_refused_by_the_config(tmp_path):
     meta = {"qwen2.rope.scaling.type": "yarn", "qwen2.rope.scaling.factor": 4.0}
     config = read_gguf(write_gguf(tmp_path / "y.gguf", "qwen2", meta, EMBED)).config

@@ -223,12 +223,16 @@ def _rope(
         if kind != "none":
             raise _refuse(f"{arch_name}.rope.scaling.type", "none beside rope_freqs.weight", kind)
         return llama3_rope(rope["rope_freqs.weight"], theta, head_dim)
-    if "rope_factors_short.weight" in rope or "rope_factors_long.weight" in rope:
+    factors = [n for n in ("rope_factors_short.weight", "rope_factors_long.weight") if n in rope]
+    if factors:
+        if len(factors) == 1:  # longrope needs both tables
+            other = ({"rope_factors_short.weight", "rope_factors_long.weight"} - {*factors}).pop()
+            raise _refuse(other, f"a tensor beside {factors[0]}", "no such tensor")
         original = meta(f"{arch_name}.rope.scaling.original_context_length")
         params.update(
             rope_type="longrope",
-            short_factor=rope.get("rope_factors_short.weight", np.ones(0)).tolist(),
-            long_factor=rope.get("rope_factors_long.weight", np.ones(0)).tolist(),
+            short_factor=rope["rope_factors_short.weight"].tolist(),
+            long_factor=rope["rope_factors_long.weight"].tolist(),
         )
         if original is not None:
             params["original_max_position_embeddings"] = int(original)
