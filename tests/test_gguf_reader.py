@@ -211,6 +211,15 @@ def test_unpermute_of_rows_that_do_not_split_into_the_heads_is_refused():
         unpermute_rows(np.zeros((30, 5), np.float32), 4)
 
 
+def test_q_rows_that_do_not_split_into_the_heads_are_refused_naming_the_tensor(tmp_path):
+    meta = {"llama.attention.head_count": 4, "llama.embedding_length": 16}
+    tensors = {**EMBED, "blk.0.attn_q.weight": np.zeros((12, 16), np.float32)}
+    path = write_gguf(tmp_path / "q.gguf", "llama", meta, tensors)
+    message = r"blk\.0\.attn_q\.weight rows: expected a multiple of 2 \* 4 heads, got 12"
+    with pytest.raises(ConfigError, match=message):
+        read_gguf(path)
+
+
 # -- refused files ------------------------------------------------------------------------
 
 

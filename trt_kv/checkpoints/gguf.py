@@ -29,10 +29,11 @@ from trt_kv.errors import ConfigError, mismatch
 from trt_kv.progress import track
 
 
-def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+def unpermute_rows(w: np.ndarray, n_head: int, name: str = "Q/K projection") -> np.ndarray:
     """Undo llama.cpp's Q/K permutation: per head, its converter interleaves the two halves
     of the rotary dimension (rows ``[0, H/2, 1, H/2 + 1, ...]``); this restores Hugging
-    Face's half-split order. ``w [n_head * H, D]`` (a bias ``[n_head * H]`` too).
+    Face's half-split order. ``w [n_head * H, D]`` (a bias ``[n_head * H]`` too); ``name``
+    is the GGUF tensor's, for the error.
 
     Raises:
         ConfigError: rows not a multiple of ``2 * n_head`` (head counts that do not fit the
@@ -40,9 +41,7 @@ def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """
     rows = w.shape[0]
     if n_head < 1 or rows % (2 * n_head):
-        raise ConfigError(
-            mismatch("Q/K projection rows", f"a multiple of 2 * {n_head} heads", "", rows)
-        )
+        raise ConfigError(mismatch(f"{name} rows", f"a multiple of 2 * {n_head} heads", "", rows))
     h = rows // n_head
     return w.reshape(n_head, h // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
@@ -187,7 +186,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         if arch.permuted:
             for proj, n_head in permuted.items():
                 if f".{proj}." in hf_name and n_head:
-                    array = unpermute_rows(array, int(n_head))
+                    array = unpermute_rows(array, int(n_head), name)
         if arch.norm_offset and hf_name.endswith("norm.weight"):
             # minus the offset in float32, then rounded to dtype once: float16(1 + w) - 1
             # would carry 1's rounding step (2**-11) into every small w
