@@ -6,6 +6,7 @@ import pytest
 from trt_kv._trt import trt
 from trt_kv.builder import create_network
 from trt_kv.errors import ArgumentError, ConfigError, ShapeError
+from trt_kv.interpreter import execute
 from trt_kv.models.family import FAMILIES
 from trt_kv.models.llama import LlamaConfig, rope_tables
 from trt_kv.models.llama.graph import Graph
@@ -170,6 +171,22 @@ def test_add_rope_refuses_longrope_without_rope_lengths_before_adding_layers():
     assert network.num_layers == 0
     add_rope(Graph(network, "float32"), "elementwise", c, positions, 16)  # one table: unused
     assert network.num_layers > 0
+
+
+def test_rope_table_rows_are_positions_plus_s_max_on_the_long_table():
+    _builder, network = create_network()  # the builder stays alive with the network
+    positions = network.add_input("position_ids", trt.int64, (2, 2))
+    lengths = network.add_input("rope_lengths", trt.int32, (2,))
+    c = LlamaConfig.from_hf(PHI3_LONGROPE)  # original length 16
+    g = Graph(network, "float32")  # alive while the network is run: it holds the constants
+    rope = add_rope(g, "rotary_layer", c, positions, 17, lengths)
+    rope.table_rows.name = "rows"
+    network.mark_output(rope.table_rows)
+    feed = {"position_ids": np.array([[15, 16], [14, 15]]), "rope_lengths": np.array([17, 16])}
+    rows = execute(
+        network, {k: v.astype(np.int64 if k[0] == "p" else np.int32) for k, v in feed.items()}
+    )
+    np.testing.assert_array_equal(rows["rows"], [[32, 33], [14, 15]])  # long rows: + S_max 17
 
 
 def test_phi3_fused_projections_split_in_order():

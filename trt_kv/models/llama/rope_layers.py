@@ -30,11 +30,13 @@ _GREATER = trt.ElementWiseOperation.GREATER
 
 @dataclass(frozen=True)
 class Rope:
-    """The per-network tensors every RoPE application reads."""
+    """The per-network tensors every RoPE application reads; ``table_rows [B, S]`` int64 are
+    the cos/sin table rows of the tokens (not their positions once longrope's long table is
+    stacked after the short one)."""
 
     route: str  # "rotary_layer" or "elementwise"
-    position_ids: object  # [B, S] int64, the table row of each token (its position, or
-    # position + S_max for longrope's long rows)
+    table_rows: object  # [B, S] int64: each token's row of cos/sin [T, R/2], its position,
+    # or position + S_max where longrope's long table applies (rows S_max..2 S_max - 1)
     cos: object  # rotary_layer: [T, R/2]; elementwise: [B, 1, S, H]
     sin: object  # rotary_layer: [T, R/2]; elementwise: [B, 1, S, H], signed
     rotate: object | None  # elementwise: [H] int32, the rotate-half source of each dim
@@ -108,7 +110,7 @@ def apply_rope(g: Graph, rope: Rope, x: object) -> object:
     """Rotary embedding of ``x [B, N, S, H]`` (rotate-half pairs on the leading R dims)."""
     if rope.route == "rotary_layer":
         layer = g.network.add_rotary_embedding(x, rope.cos, rope.sin, False, rope.rotary_dim)
-        layer.set_input(3, rope.position_ids)
+        layer.set_input(3, rope.table_rows)
         return layer.get_output(0)
     rotated = g.gather(x, rope.rotate, 3)  # [B, N, S, H]: (x2, x1)
     return g.add(g.mul(x, rope.cos), g.mul(rotated, rope.sin))
