@@ -275,3 +275,22 @@ def test_long_context_attention_split_per_sequence_and_head_is_bit_exact():
     plain = compile_network(net.network, fast=False).run(feed)["out"]
     assert np.isfinite(fast).all()
     np.testing.assert_array_equal(fast, plain)
+
+
+def test_fed_row_changed_in_place_between_runs_gets_new_products():
+    """Two products of one fed row ``x [1, 16]`` (joined into one matrix-vector product by
+    the fast plan): a caller that refills the same array and runs again gets the products of
+    the new values, not the ones computed for the old."""
+    net = Net()
+    x = net.input("x", "float32", (1, 16))
+    wq, wk = rand(8, 16, seed=1), rand(4, 16, seed=2)
+    for w, name in ((wq, "q"), (wk, "k")):
+        product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+        net.mark(product.get_output(0), name)
+    plan = compile_network(net.network)
+    row = rand(1, 16, seed=3)
+    plan.run({"x": row})
+    row[:] = rand(1, 16, seed=4)
+    out = plan.run({"x": row})
+    np.testing.assert_allclose(out["q"], row @ wq.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["k"], row @ wk.T, rtol=1e-5, atol=1e-6)
