@@ -21,6 +21,7 @@ from tiny_models import TINY_GQA
 from trt_kv._trt import trt
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.builder.routes import Routes
+from trt_kv.errors import ArgumentError
 from trt_kv.interpreter import compile_network
 from trt_kv.models.family import FULL, SLIDING
 from trt_kv.models.llama import build_llama_network, random_weights
@@ -275,3 +276,45 @@ def test_long_context_attention_split_per_sequence_and_head_is_bit_exact():
     plain = compile_network(net.network, fast=False).run(feed)["out"]
     assert np.isfinite(fast).all()
     np.testing.assert_array_equal(fast, plain)
+
+
+def test_fed_row_changed_in_place_between_runs_gets_new_products():
+    """Two products of one fed row ``x [1, 16]`` (joined into one matrix-vector product by
+    the fast plan): a caller that refills the same array and runs again gets the products of
+    the new values, not the ones computed for the old."""
+    net = Net()
+    x = net.input("x", "float32", (1, 16))
+    wq, wk = rand(8, 16, seed=1), rand(4, 16, seed=2)
+    for w, name in ((wq, "q"), (wk, "k")):
+        product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+        net.mark(product.get_output(0), name)
+    plan = compile_network(net.network)
+    row = rand(1, 16, seed=3)
+    plan.run({"x": row})
+    row[:] = rand(1, 16, seed=4)
+    out = plan.run({"x": row})
+    np.testing.assert_allclose(out["q"], row @ wq.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["k"], row @ wk.T, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+def test_read_only_cache_is_refused_before_any_layer_writes(fast):
+    """Layer 1's key cache read-only: an ArgumentError naming it, and layer 0's caches (fed
+    writeable) still hold only NaN: no layer ran."""
+    plan = compile_network(_network(TINY_GQA, "float32", 2).network, fast=fast)
+    caches = {k: v.copy() for k, v in _caches("float32").items()}
+    key_1 = cache_names(1)[0]
+    caches[key_1].flags.writeable = False
+    feed = {
+        **caches,
+        "input_ids": np.array([[3, 5], [9, 2]], np.int32),
+        "position_ids": np.array([[0, 1], [0, 1]], np.int64),
+        "write_indices": np.array([0, 0], np.int32),
+        "key_value_lengths": np.array([2, 2], np.int32),
+        "last_token_rows": np.array([1, 3], np.int32),
+    }
+    feed = {k: v for k, v in feed.items() if k in plan.input_names}
+    with pytest.raises(ArgumentError, match=f"{key_1}: expected a writeable array"):
+        plan.run(feed)
+    for name in cache_names(0)[:2]:
+        assert np.isnan(caches[name]).all()

@@ -16,6 +16,7 @@ import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.errors import (
+    ArgumentError,
     DTypeError,
     FeedError,
     NetworkError,
@@ -125,7 +126,7 @@ class Plan:
         self, network: object, precision: Precision = "float32", fast: bool = True
     ) -> None:
         if precision not in _PRECISIONS:
-            raise ValueError(mismatch("precision", "one of", tuple(_PRECISIONS), precision))
+            raise ArgumentError(mismatch("precision", "one of", tuple(_PRECISIONS), precision))
         self.precision = precision
         self.fast = fast
         compute = _PRECISIONS[precision]
@@ -136,6 +137,7 @@ class Plan:
         outs = [network.get_output(i) for i in range(network.num_outputs)]
         self._outputs = [(t.name, _declared(t, t.name, "network output")) for t in outs]
         self._aliased: set[str] = set()
+        self._updated: set[str] = set()  # tensors a layer updates in place (KV caches)
         # Tensors that may hold floats other than the compute dtype: the caller's arrays and
         # arrays passed through as they are. Every other float is in the compute dtype.
         self._as_stored = set(self.input_names)
@@ -183,6 +185,7 @@ class Plan:
             t = layer.get_output(j)
             if j in kernel.aliases:
                 self._aliased.add(t.name)
+                self._updated.add(layer.get_input(kernel.aliases[j]).name)
                 self._as_stored.add(t.name)
                 outputs.append((t.name, _identity))
             elif kernel.rounded:
@@ -224,6 +227,8 @@ class Plan:
                 d != -1 and d != s for d, s in zip(spec.shape, a.shape)
             ):
                 raise ShapeError(mismatch(spec.name, "shape", spec.shape, a.shape))
+            if spec.name in self._updated and not a.flags.writeable:
+                raise ArgumentError(mismatch(spec.name, "a writeable array", "", "read-only"))
 
     def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Execute the network on ``feed`` (input name -> array of the declared dtype).
@@ -235,6 +240,7 @@ class Plan:
         Raises:
             FeedError: a network input is missing, or the feed names an unknown tensor.
             DTypeError, ShapeError: a feed array has the wrong dtype, rank or static dim.
+            ArgumentError: a cache the network updates in place is read-only (nothing run).
             CacheOverflowError: a cache write would reach past S_max (nothing written).
         """
         self._check_feed(feed)

@@ -136,10 +136,11 @@ class _OneRowProduct:
 
     def __init__(self, joined: np.ndarray) -> None:
         self.joined = joined
-        # (input, product): the input is held, so its identity cannot be reused; one tuple,
-        # swapped whole, so plans run from several threads never pair one's input with
-        # another's product
-        self.last: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        # (input, its values, product): the input is held, so its identity cannot be reused,
+        # and its values are kept, so a caller's array changed in place between runs is not
+        # served the old product; one tuple, swapped whole, so plans run from several threads
+        # never pair one's input with another's product
+        self.last: tuple[np.ndarray | None, ...] = (None, None, None)
 
     def columns(self, fn: Callable, lo: int, hi: int) -> Callable:
         """``fn`` (one product of the group, columns ``lo:hi``), one-row inputs served from
@@ -150,8 +151,8 @@ class _OneRowProduct:
             if a.ndim < 2 or a.size != a.shape[-1]:
                 return fn(x)
             last = self.last
-            if last[0] is not a:
-                last = self.last = (a, a.reshape(1, -1) @ self.joined)
-            return last[1][:, lo:hi].reshape(*a.shape[:-1], hi - lo)
+            if last[0] is not a or not np.array_equal(last[1], a):
+                last = self.last = (a, a.copy(), a.reshape(1, -1) @ self.joined)
+            return last[2][:, lo:hi].reshape(*a.shape[:-1], hi - lo)
 
         return run

@@ -12,7 +12,7 @@ import numpy as np
 
 from trt_kv import _trt
 from trt_kv._trt import trt
-from trt_kv.errors import ShapeError, mismatch
+from trt_kv.errors import ArgumentError, ShapeError, mismatch
 from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.registry import (
     Array,
@@ -79,7 +79,7 @@ def _cache_update(packed: bool, fast: bool) -> Kernel:
         cache, update, write_indices = x[0], x[1], x[2]
         lengths = x[3] if packed else None
         if not cache.flags.writeable:
-            raise ValueError(
+            raise ArgumentError(
                 mismatch("cache", "a writeable array (updated in place)", "", "read-only")
             )
         if fast and lengths is None and _writes_within(cache, update, write_indices):
