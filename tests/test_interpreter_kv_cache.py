@@ -161,3 +161,19 @@ def test_kv_cache_update_negative_write_index_raises_and_writes_nothing(fast):
     with pytest.raises(CacheOverflowError, match=r"write_indices\[1\]"):
         compile_network(net.network, fast=fast).run(feed)
     np.testing.assert_array_equal(cache, before)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+def test_kv_cache_update_int32_max_write_index_raises_and_writes_nothing(fast):
+    """``write_indices + S`` must not wrap around in int32 (2**31 - 1 + 1 is negative there)."""
+    net = _cache_net("float32")
+    cache = rand(2, 3, 8, 4, seed=7)
+    before = cache.copy()
+    feed = {
+        "cache": cache,
+        "update": rand(2, 3, 1, 4),
+        "write_indices": np.array([0, 2**31 - 1], np.int32),
+    }
+    with pytest.raises(CacheOverflowError, match=r"write_indices\[1\]"):
+        compile_network(net.network, fast=fast).run(feed)
+    np.testing.assert_array_equal(cache, before)

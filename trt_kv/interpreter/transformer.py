@@ -101,7 +101,8 @@ def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
         and write_indices.dtype in _INDEX_DTYPES
         and write_indices.shape == (b,)
         and (
-            b == 0 or (write_indices.min() >= 0 and write_indices.max() + update.shape[2] <= s_max)
+            b == 0
+            or (write_indices.min() >= 0 and int(write_indices.max()) + update.shape[2] <= s_max)
         )
     )
 
