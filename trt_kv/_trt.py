@@ -118,8 +118,9 @@ def _point_polygraphy(module: str) -> None:
 
 # Polygraphy reads its switch once, when first imported: point it at our module now, cheaply
 # (and again at the module really imported, on first use).
-if _first_installed() in _CANDIDATES:
-    _point_polygraphy(_first_installed())
+_FIRST = _first_installed()
+if _FIRST in _CANDIDATES:
+    _point_polygraphy(_FIRST)
 
 trt: ModuleType
 FEATURES: Features

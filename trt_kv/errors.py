@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
 
 
 class TrtKvError(Exception):
@@ -69,7 +68,7 @@ class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 
 
-def mismatch(tensor: str, what: str, expected: Any, actual: Any) -> str:
+def mismatch(tensor: str, what: str, expected: object, actual: object) -> str:
     """``"<tensor>: expected <what> <expected>, got <actual>"``: the one message shape
     (``expected=""`` when ``what`` already says it)."""
     wanted = f"{what} {expected}" if expected != "" else what
