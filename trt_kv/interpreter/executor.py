@@ -26,7 +26,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
 from trt_kv.interpreter.half import round_float16, widen_to
-from trt_kv.interpreter.layout import fuse_one_row_products, relayout_transposed_constants
+from trt_kv.interpreter.layout import fuse_one_row_products
 from trt_kv.interpreter.registry import Kernel, compile_layer, is_float, type_name
 
 Precision = Literal["float32", "float64"]
@@ -147,7 +147,6 @@ class Plan:
         ]
         if fast:
             fuse_one_row_products(steps)
-            relayout_transposed_constants(steps)
         self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
         if fast:
             self._slots = _SlotProgram(self._steps, self.input_names, self.output_names, compute)
@@ -377,10 +376,11 @@ def compile_network(
     ``fast=False`` runs the plain kernels: attention over the whole cache window, one matrix
     product per batch entry, constants in their declared layout, tensors looked up by name,
     float16 through NumPy's casts. The default fast plan: attention reads the keys up to the
-    last one a query may see; a product with a shared matrix is one ``[rows, K] @ [K, N]``
-    BLAS call on a matrix stored transposed (Q/K/V and gate/up side by side, one call for a
-    one-row input; a tied vocabulary head also kept transposed for one row, ``(W x^T)^T``
-    for more); constants are filled in once; float16 rounds and widens on the bits
+    last one a query may see; a product with a shared matrix runs on ``[rows, K]`` at once,
+    against a weight stored ``nn.Linear``-style ``[N, K]`` as a dot product per weight row
+    for one row (Q/K/V and gate/up stacked, one call for all), in blocks of weight rows for
+    2..16 rows (:func:`~trt_kv.interpreter.linalg.matrix_multiply`); constants are filled in
+    once; float16 rounds and widens on the bits
     (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
     elements skip a rounding that changes nothing; KV updates are checked on whole arrays.
     Results agree with the plain plan within the compute dtype's rounding (BLAS summation

@@ -26,14 +26,49 @@ def _operand(a: Array, op: object) -> Array:
 def _shared_matrix(a: Array, b: Array) -> Array:
     """``a [..., M, K] @ b [1, .., 1, K, N]`` as one ``[(..) M, K] @ [K, N]`` product (NumPy
     would run one small product per leading index, re-reading ``b`` each time)."""
-    rows = a.reshape(-1, a.shape[-1]) @ b.reshape(b.shape[-2:])
+    rows = _product(a.reshape(-1, a.shape[-1]), b.reshape(b.shape[-2:]))
     return rows.reshape(*a.shape[:-1], b.shape[-1])
 
 
-def _column_major(b: Array) -> bool:
-    """``b [K, N]`` is the transposed view of a row-major ``[N, K]`` array (a weight stored
-    ``nn.Linear``-style and read transposed), large enough for the layout to matter."""
-    return b.flags.f_contiguous and not b.flags.c_contiguous and b.size >= 1 << 20
+def _product(a: Array, b: Array) -> Array:
+    """``a [M, K] @ b [K, N]`` for a fast plan. Against the transposed view of a large
+    row-major matrix ``W [N, K]`` (a weight stored ``nn.Linear``-style, read transposed):
+    one row as one dot product per row of ``W`` (:func:`numpy.vecdot`: BLAS's dot, streaming
+    ``W`` ~2x faster than its matrix-vector product on this layout, as fast as on ``W^T``),
+    2..16 float32 rows in blocks of ``W``'s rows (:func:`_few_rows`). Else one call."""
+    if (
+        a.shape[0] <= _FEW_ROWS
+        and b.flags.f_contiguous
+        and not b.flags.c_contiguous
+        and b.size >= 1 << 16
+        and a.dtype == b.dtype
+    ):
+        if a.shape[0] == 1:
+            return np.vecdot(b.T, a)[None]
+        if a.shape[0] > 1 and a.dtype == _F32:
+            return _few_rows(a, b.T)
+    return a @ b
+
+
+_F32 = np.dtype(np.float32)
+_FEW_ROWS = 16  # rows up to which a product runs in blocks of weight rows
+_BLOCK = 800_000  # M * rows * K of one block, under OpenBLAS's small-matrix bound (100^3)
+
+
+def _few_rows(a: Array, w: Array) -> Array:
+    """``a [M, K] @ w^T`` for a C-contiguous weight ``w [N, K]`` and 2..16 rows: one BLAS
+    call per block of ``w``'s rows, ``w[lo:hi] @ a^T`` into a ``[N, M]`` buffer, sized so
+    that ``M * rows * K <= 800_000``. Below 100^3 OpenBLAS (0.3.31, AVX-512) multiplies the
+    operands where they lie instead of copying them into packed panels first, and streams
+    the weight ~1.4x faster at 8 rows (8-9 GB/s against 5-6, one thread). Results agree with
+    one call within float32 rounding (BLAS summation order)."""
+    m, k = a.shape
+    step = max(16, _BLOCK // (m * k) // 16 * 16)
+    at = np.ascontiguousarray(a.T)  # [K, M]
+    out = np.empty((w.shape[0], m), np.float32)
+    for lo in range(0, w.shape[0], step):
+        np.matmul(w[lo : lo + step], at, out=out[lo : lo + step])
+    return np.ascontiguousarray(out.T)
 
 
 @handles(trt.LayerType.MATRIX_MULTIPLY, trt.IMatrixMultiplyLayer)
@@ -54,13 +89,11 @@ def matrix_multiply(layer: object, ctx: Context) -> Kernel:
             return np.matmul(a[..., None, :], b)[..., 0, :]
         if fast and a.ndim == b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
             return _shared_matrix(a, b)
-        if fast and a.ndim == b.ndim == 2 and a.shape[0] > 1 and _column_major(b):
-            return (b.T @ a.T).T  # [N, K] @ [K, M]: BLAS ~1.4x faster for a few rows, wide N
+        if fast and a.ndim == b.ndim == 2:
+            return _product(a, b)
         return np.matmul(a, b)
 
-    transposed = {j for j, op in enumerate((op0, op1)) if op == _M.TRANSPOSE}
-    linear = op0 == _M.NONE and op1 == _M.TRANSPOSE
-    return Kernel(run, transposed_inputs=frozenset(transposed), linear=linear)
+    return Kernel(run, linear=op0 == _M.NONE and op1 == _M.TRANSPOSE)
 
 
 _REDUCE = {

@@ -35,9 +35,6 @@ class Kernel:
     the executor skips rounding them on every run. ``moves`` says every output element is an
     element of a float input (shuffle, gather, concatenation...): when those inputs are
     declared in the output's dtype, a fast plan skips the rounding, which would change nothing.
-    ``transposed_inputs`` lists inputs the kernel reads transposed in their last two axes (a
-    matrix multiply's TRANSPOSE operand): a fast plan stores a constant feeding one so that its
-    transpose is C-contiguous (same values, a layout BLAS reads without striding).
     ``linear`` says the layer is ``input0 @ input1^T`` over the last two axes (a matrix
     multiply with ops NONE, TRANSPOSE), which a fast plan may run together with the other
     products of the same input 0 (see :mod:`trt_kv.interpreter.layout`).
@@ -49,7 +46,6 @@ class Kernel:
     rounded: bool = False
     moves: bool = False
     linear: bool = False
-    transposed_inputs: frozenset[int] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True)

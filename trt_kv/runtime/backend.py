@@ -10,6 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
+from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.network import (
     INPUT_IDS,
@@ -26,17 +27,39 @@ WRITE_INDICES, UPDATE_LENGTHS = "write_indices", "update_lengths"
 
 
 class Backend(Protocol):
+    """What :class:`~trt_kv.runtime.session.Session` needs of a backend (a user's own too):
+    ``storage``, ``max_step_tokens``, ``vocab_size`` and ``run`` (:data:`REQUIRED`).
+    ``name`` is for display (trt_kv's backends and the CLI have one). ``long_rope_after`` is
+    optional: a backend without it is treated as None (no longrope re-prefill, ever)."""
+
     name: str
     storage: CacheStorage
     max_step_tokens: int  # most new tokens per sequence in one step (S bound)
     vocab_size: int
     # longrope's original_max_position_embeddings when S_max can pass it (generate prefills a
-    # sequence again when it crosses it), else None: see trt_kv.models.llama.rope
+    # sequence again when it crosses it), else None: see trt_kv.models.llama.rope. Optional.
     long_rope_after: int | None
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """Run ``plan`` on ``storage`` (caches updated in place); logits ``[B, V]`` float32."""
         ...
+
+
+REQUIRED = ("storage", "max_step_tokens", "vocab_size", "run")
+
+
+def check_backend(backend: object) -> None:
+    """Raise ArgumentError naming every :data:`REQUIRED` attribute ``backend`` lacks."""
+    missing = [a for a in REQUIRED if not hasattr(backend, a)]
+    if missing:
+        raise ArgumentError(
+            mismatch(
+                "backend",
+                f"a backend with {', '.join(REQUIRED)}",
+                "",
+                f"{type(backend).__name__} without {', '.join(missing)}",
+            )
+        )
 
 
 def step_feed(plan: StepPlan, input_names: set[str] | frozenset[str]) -> dict[str, np.ndarray]:

@@ -155,7 +155,7 @@ def _recompute_long_rope(
     """Prefill again each live sequence the last decode step took past longrope's original
     length (its cached keys were rotated by the short table), and put its logits ``[V]``
     into ``logits [B, V]`` in place."""
-    after = session.backend.long_rope_after
+    after = session.long_rope_after
     if after is None:
         return
     for k, prompt in enumerate(prompts):

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from trt_kv.errors import ShapeError, SlotError, check_int, mismatch
-from trt_kv.runtime.backend import Backend
+from trt_kv.runtime.backend import Backend, check_backend
 from trt_kv.runtime.cache_state import CacheState, id_array
 from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
@@ -22,10 +22,19 @@ from trt_kv.runtime.storage import Snapshot
 
 class Session:
     """Cache slots of ``backend.storage`` and their lengths; every error is raised before
-    anything runs."""
+    anything runs.
+
+    ``long_rope_after`` is the backend's, or None when it has none (a user's backend need
+    not: see :class:`~trt_kv.runtime.backend.Backend`).
+
+    Raises:
+        ArgumentError: ``backend`` lacks a required attribute (each missing one named).
+    """
 
     def __init__(self, backend: Backend) -> None:
+        check_backend(backend)
         self.backend = backend
+        self.long_rope_after: int | None = getattr(backend, "long_rope_after", None)
         self.storage = backend.storage
         self.state = CacheState(
             self.storage.capacity,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -9,14 +10,26 @@ import numpy as np
 from trt_kv import dtypes
 from trt_kv._trt import trt
 
+# network -> the arrays its constant layers point at. A constant layer holds only a pointer
+# (``trt.Weights``): TensorRT reads the bytes when an engine is built, and the interpreter
+# when it compiles the network, however long after. Held here, the arrays live exactly as long
+# as the network's Python object, even when the caller keeps only ``LlamaNetwork.network``.
+_HELD: weakref.WeakKeyDictionary[object, list[np.ndarray]] = weakref.WeakKeyDictionary()
+
 
 @dataclass
 class Graph:
-    """What every block function needs: the network, the compute dtype, live weight arrays."""
+    """What every block function needs: the network, the compute dtype, live weight arrays.
+
+    ``keep`` holds every array a :meth:`const` layer points at, for as long as ``network``
+    lives (it is also registered against the network object: see ``_HELD``)."""
 
     network: object
     dtype: str
     keep: list[np.ndarray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.keep = _HELD.setdefault(self.network, self.keep)
 
     def const(self, array: np.ndarray, dtype: str | None = None) -> object:
         """A constant tensor of ``array`` in ``dtype`` (default: the compute dtype)."""

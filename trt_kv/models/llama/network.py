@@ -128,7 +128,7 @@ class LlamaNetwork:
     dtype: str
     all_logits: bool
     routes: Routes  # resolved: no "auto" left
-    keep: list[np.ndarray]  # weight arrays TensorRT reads at build time
+    keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
 
     def metadata(self) -> dict:
         """What the sidecar records so a runtime can drive the engine."""
