@@ -252,3 +252,15 @@ def test_reference_backend_refuses_bad_sizes_and_weights_by_name(kwargs, exc, me
     args = {"weights": WEIGHTS, "capacity": 2, "max_seq_len": S_MAX, **kwargs}
     with pytest.raises(exc, match=f"^{message}"):
         ReferenceBackend(TINY_GQA, **args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"sampler": "greedy"}, "sampler: expected a Sampler or None, got 'greedy'"),
+        ({"on_token": 1}, r"on_token: expected a callable on_token\(k, token_id\) or None, got 1"),
+    ],
+)
+def test_generate_refuses_a_sampler_or_callback_of_the_wrong_kind_before_resetting(kwargs, match):
+    """Both were a TypeError from inside the loop, after the prefill had reset the slots."""
+    refused(session(), ArgumentError, match, lambda s: generate(s, [[1, 2]], 2, **kwargs))

@@ -79,7 +79,8 @@ def generate(
 
     Raises:
         ArgumentError: ``max_new_tokens`` not an integer >= 1; an ``eos_ids`` entry that is
-            not a token id in ``[0, V)``.
+            not a token id in ``[0, V)``; ``sampler`` not a :class:`Sampler`, ``on_token``
+            not callable (both may be None).
         CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
             fit in ``S_max``.
         Everything :meth:`Session.prefill` raises, before any slot changes.
@@ -87,6 +88,12 @@ def generate(
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
         raise ShapeError(mismatch("prompts", "a list of token-id lists", "", repr(prompts)))
+    if sampler is not None and not isinstance(sampler, Sampler):
+        raise ArgumentError(mismatch("sampler", "a Sampler or None", "", repr(sampler)))
+    if on_token is not None and not callable(on_token):
+        raise ArgumentError(
+            mismatch("on_token", "a callable on_token(k, token_id) or None", "", repr(on_token))
+        )
     sampler = sampler or Sampler()
     one = isinstance(eos_ids, (str, bytes)) or not isinstance(eos_ids, Iterable)
     stop = frozenset([eos_ids] if one and eos_ids is not None else eos_ids or ())
