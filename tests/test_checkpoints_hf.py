@@ -12,7 +12,7 @@ from safetensors.numpy import save_file
 from test_llama_config import TINY, _tiny_tensors
 
 from trt_kv.checkpoints import read_hf_folder
-from trt_kv.errors import ConfigError, DTypeError, ShapeError
+from trt_kv.errors import ArgumentError, ConfigError, DTypeError, ShapeError
 from trt_kv.examples import load_model
 from trt_kv.models.llama import llama_weights
 
@@ -147,3 +147,9 @@ def test_tensors_transformers_drops_on_load_are_ignored():
 def test_folder_without_tokenizer_names_the_way_out(folder):
     with pytest.raises(ConfigError, match=r"tokenizer\.json.*--prompt-ids"):
         read_hf_folder(folder).tokenizer()
+
+
+@pytest.mark.parametrize("spec", [3, None, ""])
+def test_a_model_spec_that_is_no_name_or_path_is_refused_by_name(spec):
+    with pytest.raises(ArgumentError, match=rf"^spec: expected 'default', .*, got {spec!r}$"):
+        load_model(spec)

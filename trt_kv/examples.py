@@ -11,7 +11,7 @@ import numpy as np
 
 from trt_kv.builder import Profile, add_kv_cache_update, create_network
 from trt_kv.checkpoints import Checkpoint, read_checkpoint
-from trt_kv.errors import DownloadError
+from trt_kv.errors import ArgumentError, DownloadError, mismatch
 from trt_kv.models.llama import (
     LlamaConfig,
     LlamaWeights,
@@ -63,8 +63,13 @@ def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = Tru
     line on stderr, when it cannot be obtained), a Hugging Face folder, or a GGUF file.
 
     Raises:
+        ArgumentError: ``spec`` not a non-empty string or path.
         ConfigError, ShapeError, DTypeError: a checkpoint trt_kv cannot build.
     """
+    if not isinstance(spec, (str, Path)) or str(spec) == "":
+        raise ArgumentError(
+            mismatch("spec", "'default', a checkpoint folder or a .gguf file", "", repr(spec))
+        )
     try:
         checkpoint = read_checkpoint(spec, progress=progress)
     except DownloadError as err:
