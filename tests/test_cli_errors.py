@@ -193,6 +193,15 @@ def test_demo_without_a_gpu_refuses_gpu_only_options_before_building(capsys, tmp
     assert not any(tmp_path.iterdir())
 
 
+def test_a_prompt_longer_than_the_cache_names_max_seq_len(capsys):
+    """Not --max-step-tokens: its default is derived from --max-seq-len."""
+    long = ",".join(["1"] * 10)
+    message = error_of(capsys, "generate", "--prompt-ids", long, "--max-seq-len", "4")
+    assert message == (
+        "--prompt-ids: expected longest prompt + --max-new-tokens - 1 <= --max-seq-len = 4, got 10"
+    )
+
+
 def test_prompts_that_cannot_fit_are_refused_before_loading(capsys):
     long = ",".join(["1"] * 9)
     message = error_of(capsys, "generate", "--prompt-ids", long, "--max-step-tokens", "8")

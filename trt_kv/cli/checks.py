@@ -102,13 +102,10 @@ def check_vocabulary(prompts: list[list[int]], vocab_size: int, option: str) -> 
 def check_prompt_lengths(
     prompts: list[list[int]], step_tokens: int, max_seq_len: int, new_tokens: int, option: str
 ) -> None:
-    """ArgumentError naming ``option`` when the longest prompt does not fit one prefill step
-    (``--max-step-tokens``) or, with ``new_tokens`` more, the cache (``--max-seq-len``)."""
+    """ArgumentError naming ``option`` when the longest prompt with ``new_tokens`` more does
+    not fit the cache (``--max-seq-len``, checked first: a step width derived from it is
+    never the cause) or the prompt does not fit one prefill step (``--max-step-tokens``)."""
     longest = max(len(p) for p in prompts)
-    if longest > step_tokens:
-        raise ArgumentError(
-            mismatch(option, f"prompts of at most --max-step-tokens = {step_tokens}", "", longest)
-        )
     if longest + new_tokens - 1 > max_seq_len:
         raise ArgumentError(
             mismatch(
@@ -117,6 +114,10 @@ def check_prompt_lengths(
                 "",
                 longest + new_tokens - 1,
             )
+        )
+    if longest > step_tokens:
+        raise ArgumentError(
+            mismatch(option, f"prompts of at most --max-step-tokens = {step_tokens}", "", longest)
         )
 
 
