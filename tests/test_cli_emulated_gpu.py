@@ -71,3 +71,36 @@ def test_default_model_in_half_precision_on_the_emulated_gpu(tmp_path, capsys, d
     for name, flags in GPU_RUNS.items():
         out = run_json(capsys, *ask, *flags, "--out", str(tmp_path), "--emulate-gpu")
         assert (name, out["ids"], out["emulated_gpu"]) == (name, expected, True)
+
+
+def test_an_engine_of_another_model_or_no_decoder_is_refused_by_name(tiny_model, tmp_path, capsys):
+    """Both ran before: another config's engine silently (its ids read with --model's
+    tokenizer), the doc example's with a KeyError traceback."""
+    import json
+    import shutil
+
+    assert main(["build", "--model", str(tiny_model), "--out", str(tmp_path), *SHAPES, "-q"]) == 0
+    (engine,) = tmp_path.glob(f"{tiny_model.name}-*.engine")
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-3}))
+    capsys.readouterr()
+    for model, path, message in (
+        (
+            other,
+            engine,
+            f"--engine: expected an engine of --model other (same config), got {engine}, "
+            "whose config differs in ['rms_norm_eps']",
+        ),
+        (
+            tiny_model,
+            tmp_path / "kv_cache_doc_example.engine",
+            f"{tmp_path / 'kv_cache_doc_example.engine'}: expected a trt_kv decoder engine "
+            "(sidecar metadata with config, max_seq_len, max_batch, max_step_tokens), got "
+            "missing ['config', 'max_seq_len', 'max_batch', 'max_step_tokens']",
+        ),
+    ):
+        argv = ["generate", "--model", str(model), "--engine", str(path), "--emulate-gpu"]
+        assert main([*argv, "--backend", "tensorrt", "-q"]) == 2
+        assert capsys.readouterr().err == f"trt-kv: error: {message}\n"

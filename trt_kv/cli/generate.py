@@ -160,7 +160,9 @@ def make_backend(
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")
     path = args.engine
-    if path is None:
+    if path is not None:
+        check_engine_model(path, name, config)
+    else:
         built = common.model_engine(args, name, config, weights, batch)
         print(f"engine {built.path}: {common.engine_status(built)}", file=sys.stderr)
         path = built.path
@@ -171,6 +173,28 @@ def make_backend(
     from trt_kv.runtime.trt_backend import TrtBackend
 
     return TrtBackend(path, cuda_graph=args.cuda_graph)
+
+
+def check_engine_model(path: Path, name: str, config: object) -> None:
+    """ArgumentError when ``--engine`` was built from another model config than ``--model``
+    (its ids would be decoded with the wrong tokenizer and checked against the wrong
+    vocabulary); EngineFileError for a missing or malformed sidecar or a non-decoder engine."""
+    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.models.llama import LlamaConfig
+    from trt_kv.runtime.engine_loader import check_decoder_engine
+
+    md = check_decoder_engine(path, read_sidecar(check_engine_files(path)))
+    built = LlamaConfig.from_json(md["config"])
+    if built != config:
+        differ = [k for k, v in vars(config).items() if getattr(built, k, None) != v]
+        raise ArgumentError(
+            mismatch(
+                "--engine",
+                f"an engine of --model {name} (same config)",
+                "",
+                f"{path}, whose config differs in {differ}",
+            )
+        )
 
 
 class _Stream:

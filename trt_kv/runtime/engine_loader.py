@@ -10,6 +10,30 @@ from trt_kv.engine_file import EngineMeta, check_engine_aliases
 from trt_kv.errors import EngineFileError, mismatch
 from trt_kv.runtime.cuda import require_gpu
 
+DECODER_KEYS = ("config", "max_seq_len", "max_batch", "max_step_tokens")
+
+
+def check_decoder_engine(path: str | Path, meta: EngineMeta) -> dict:
+    """The sidecar metadata of a trt_kv decoder engine (what a session backend reads: the
+    model config, ``max_seq_len``, ``max_batch``, ``max_step_tokens``).
+
+    Raises:
+        EngineFileError: naming the file and the missing keys (the KV-cache doc example, an
+            engine written by other code).
+    """
+    md = meta.metadata
+    missing = [k for k in DECODER_KEYS if k not in md]
+    if missing or not isinstance(md["config"], dict):
+        raise EngineFileError(
+            mismatch(
+                str(path),
+                "a trt_kv decoder engine (sidecar metadata with",
+                f"{', '.join(DECODER_KEYS)})",
+                f"missing {missing}" if missing else "a config that is not an object",
+            )
+        )
+    return md
+
 
 def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
     """Read, verify and deserialize an engine; check ``get_aliased_input_tensor`` against

@@ -22,7 +22,7 @@ from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import load_cuda_engine
+from trt_kv.runtime.engine_loader import check_decoder_engine, load_cuda_engine
 from trt_kv.runtime.profiles import select_profile
 
 
@@ -62,7 +62,7 @@ class PolygraphyBackend:
         from polygraphy.datatype import DataType
 
         engine, _, self.meta = load_cuda_engine(engine_path)
-        md = self.meta.metadata
+        md = check_decoder_engine(engine_path, self.meta)
         self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
         self.long_rope_after = long_rope_after_of(md)

@@ -35,7 +35,7 @@ from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_f
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import load_cuda_engine
+from trt_kv.runtime.engine_loader import check_decoder_engine, load_cuda_engine
 from trt_kv.runtime.profiles import select_profile
 
 GraphMode = Literal["runtime", "manual"]
@@ -72,7 +72,7 @@ class TrtBackend:
         self.graph_mode = _graph_mode(cuda_graph)
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         self.engine, _, self.meta = load_cuda_engine(engine_path)
-        md = self.meta.metadata
+        md = check_decoder_engine(engine_path, self.meta)
         self.max_step_tokens = md["max_step_tokens"]
         self.vocab_size = md["config"]["vocab_size"]
         self.long_rope_after = long_rope_after_of(md)
