@@ -237,3 +237,17 @@ def test_a_build_tensorrt_refuses_names_its_error_and_keeps_stdout_clean(tiny_mo
         "(IBuilder::buildSerializedNetwork: Error Code 4"
     )
     assert "[TRT] [E] IBuilder::buildSerializedNetwork: Error Code 4" in out.stderr
+
+
+def test_build_with_a_bad_checkpoint_writes_nothing(capsys, tiny_model, tmp_path):
+    """The model is read and its engine built before the doc example is written."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    out = tmp_path / "engines"
+    message = error_of(capsys, "build", "--model", broken, "--out", out, "-q")
+    assert message.startswith(f"{weights}: expected a safetensors file, got ")
+    assert not out.exists()

@@ -34,9 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.jobs import build_doc_example
 
     check_model(args)
-    rows = [build_doc_example(args.out)]
-    if not args.no_model:
+    rows = []
+    if not args.no_model:  # first: a bad checkpoint, route or build leaves --out untouched
         m = load_model(args.model, progress=not args.quiet)
         rows.append(common.model_engine(args, m.name, m.config, m.weights, args.max_batch))
+    rows.insert(0, build_doc_example(args.out))
     print_built(args.out, rows)
     return 0

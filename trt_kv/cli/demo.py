@@ -54,8 +54,9 @@ def _run(args: argparse.Namespace) -> int:
         prompts, tokenizer = generate.prompts_of(args, model)
         generate.check_fit(args, prompts, "--prompt" if prompt else "--prompt-ids")
         asked.append((label, prompt, chat, prompts, tokenizer))
-    rows = [build_doc_example(args.out)]
-    rows.append(common.model_engine(args, model.name, model.config, model.weights, args.max_batch))
+    # the model first: a route or build TensorRT refuses leaves --out untouched
+    rows = [common.model_engine(args, model.name, model.config, model.weights, args.max_batch)]
+    rows.insert(0, build_doc_example(args.out))
     talk = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON lines only
     build.print_built(args.out, rows, file=talk)
     if reason is not None:
