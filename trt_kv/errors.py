@@ -4,7 +4,6 @@ the expected value and the actual value."""
 from __future__ import annotations
 
 import math
-import numbers
 
 
 class TrtKvError(Exception):
@@ -83,6 +82,8 @@ def check_int(name: str, value: object, lo: int | None = None, hi: int | None = 
     Raises:
         ArgumentError: not an integer, or outside the bounds.
     """
+    import numbers  # here, not at the top: ``trt-kv --help`` imports this module
+
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(mismatch(name, "an integer", "", repr(value)))
     if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -101,6 +102,8 @@ def check_real(name: str, value: object, lo: float) -> float:
     Raises:
         ArgumentError: not a real number, not finite, or below ``lo``.
     """
+    import numbers
+
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(mismatch(name, "a real number", "", repr(value)))
     if not math.isfinite(value) or value < lo:
