@@ -143,3 +143,14 @@ def test_chat_without_a_prompt_is_a_one_line_error(capsys):
         capsys.readouterr().err
         == "trt-kv: error: --chat: expected --prompt TEXT as well, got none\n"
     )
+
+
+def test_demo_json_keeps_stdout_to_the_json_lines(tiny_model, tmp_path, capsys):
+    """The table and the notes go to stderr with --json, so ``| jq`` reads stdout whole."""
+    argv = ["demo", "--model", str(tiny_model), "--out", str(tmp_path), "--json", "-q"]
+    argv += ["--max-seq-len", "32", "--prompt-ids", "1,2;3", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    (line,) = captured.out.splitlines()
+    assert len(json.loads(line)["ids"]) == 2
+    assert "kv_cache_doc_example.engine" in captured.err

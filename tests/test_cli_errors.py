@@ -203,3 +203,28 @@ def test_prompts_that_cannot_fit_are_refused_before_loading(capsys):
     assert message == (
         "--prompt-ids: expected longest prompt + --max-new-tokens - 1 <= --max-seq-len = 8, got 9"
     )
+
+
+def test_bench_sizes_that_cannot_fit_are_refused_before_loading(capsys):
+    message = error_of(capsys, "bench", "--context", "128", "--max-seq-len", "130")
+    assert message == (
+        "--max-seq-len: expected at least the largest --context + --decode-steps = 144, got 130"
+    )
+    message = error_of(capsys, "bench", "--context", "128", "256", "--max-step-tokens", "145")
+    assert message == (
+        "--max-step-tokens: expected <= the smallest --context + --decode-steps = 144, got 145"
+    )
+
+
+def test_a_build_tensorrt_refuses_names_its_error_and_keeps_stdout_clean(tiny_model, tmp_path):
+    # B = 10**8 makes the prefill profile's tensors exceed TensorRT's volume limit
+    argv = ("build", "--model", tiny_model, "--out", tmp_path, "--max-batch", 10**8, "-q")
+    out = run_cli(*argv, check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "[TRT]" not in out.stdout  # TensorRT's log goes to stderr, beside our error line
+    last = out.stderr.splitlines()[-1]
+    assert last.startswith(
+        "trt-kv: error: network: expected an engine from build_serialized_network, got None "
+        "(IBuilder::buildSerializedNetwork: Error Code 4"
+    )
+    assert "[TRT] [E] IBuilder::buildSerializedNetwork: Error Code 4" in out.stderr

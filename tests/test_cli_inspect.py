@@ -89,9 +89,33 @@ def test_a_missing_engine_is_one_error_line(tmp_path):
     out = run_cli("inspect", tmp_path / "none.engine", check=False)
     assert out.returncode == 2
     assert out.stderr == (
-        f"trt-kv: error: {tmp_path / 'none.engine'}: expected an existing file present, "
-        "got missing\n"
+        f"trt-kv: error: {tmp_path / 'none.engine'}: expected an existing file, got missing\n"
     )
+
+
+def _config_a_string(text: bytes) -> bytes:
+    side = json.loads(text)
+    side["metadata"]["config"] = "llama"
+    return json.dumps(side).encode()
+
+
+@pytest.mark.parametrize(
+    ("edit", "error"),
+    [
+        (lambda text: text[:1], "expected a JSON sidecar, got Expecting property name"),
+        (lambda text: b"\xff" + text, "expected UTF-8 text, got invalid start byte"),
+        (_config_a_string, "metadata.config: expected a JSON object, got str"),
+    ],
+    ids=["not-json", "not-utf8", "config-not-an-object"],
+)
+def test_a_broken_sidecar_is_one_error_line_naming_it(engine, tmp_path, edit, error):
+    copy = tmp_path / ENGINE
+    shutil.copy(engine, copy)
+    (tmp_path / f"{ENGINE}.json").write_bytes(edit((engine.parent / f"{ENGINE}.json").read_bytes()))
+    out = run_cli("inspect", copy, check=False)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.startswith(f"trt-kv: error: {copy}.json: {error}")
+    assert out.stderr.count("\n") == 1  # one line, no traceback
 
 
 def test_a_static_batch_is_the_default_batch_of_the_cache_total(tmp_path):

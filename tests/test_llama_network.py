@@ -11,6 +11,7 @@ Tolerances (``atol = k * max|reference logit|``):
         stays far below a wrong wire (an error of the order of the scale itself).
 """
 
+import dataclasses
 import json
 import re
 
@@ -20,7 +21,7 @@ import pytest
 from trt_kv import FEATURES, dtypes
 from trt_kv.builder import cache_aliases
 from trt_kv.engine_file import sidecar_path
-from trt_kv.errors import ShapeError
+from trt_kv.errors import ArgumentError, ShapeError
 from trt_kv.interpreter import compile_network
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
@@ -232,3 +233,41 @@ def test_smollm2_135m_float16_network_builds_an_engine_with_its_sidecar(tmp_path
         "dtype": "float16",
     }
     assert sidecar["metadata"]["config"] == config.to_json()
+
+
+OTHER_SHAPE = random_weights(dataclasses.replace(SMALL, hidden_size=24), seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"max_seq_len": 0}, ArgumentError, "max_seq_len: expected an integer >= 1, got 0"),
+        ({"max_batch": 0}, ArgumentError, "max_batch: expected an integer >= 1, got 0"),
+        ({"max_step_tokens": 0}, ArgumentError, "max_step_tokens: expected an integer >= 1, got 0"),
+        ({"max_batch": 2.0}, ArgumentError, "max_batch: expected an integer, got 2.0"),
+        ({"weights": None}, ArgumentError, "weights: expected a LlamaWeights, got NoneType"),
+        (
+            {"routes": "primitive"},
+            ArgumentError,
+            "routes: expected a Routes or None, got 'primitive'",
+        ),
+        (
+            {"weights": OTHER_SHAPE},
+            ShapeError,
+            r"model.embed_tokens.weight: expected shape \(97, 48\), got \(97, 24\)",
+        ),
+    ],
+)
+def test_bad_arguments_are_refused_by_name_before_any_layer(kwargs, exc, message):
+    """Each was a TensorRT RuntimeError, an AttributeError or a network built with an empty
+    profile."""
+    args = {"weights": WEIGHTS, "max_seq_len": S_MAX, "max_batch": 1, **kwargs}
+    with pytest.raises(exc, match=f"^{message}$"):
+        build_llama_network(SMALL, **args)
+
+
+def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
+    """A short cache does not need a step width the caller never asked for."""
+    assert build_llama_network(SMALL, WEIGHTS, max_seq_len=16, max_batch=1).max_step_tokens == 16
+    net = build_llama_network(SMALL, WEIGHTS, max_seq_len=200, max_batch=1, dtype="float32")
+    assert net.max_step_tokens == 128

@@ -1,6 +1,7 @@
 """Bad arguments to the session API: a named error, and nothing changed (lengths and every
 cache byte), whatever the call."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -221,3 +222,33 @@ def test_legacy_import_into_a_repeated_slot_is_refused():
         r"slots: expected distinct slots, got \[1, 1\]",
         lambda x: x.import_legacy(past, [1, 1]),
     )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"capacity": 0}, ArgumentError, r"capacity: expected an integer >= 1, got 0"),
+        ({"max_seq_len": -1}, ArgumentError, r"max_seq_len: expected an integer >= 1, got -1"),
+        (
+            {"max_step_tokens": S_MAX + 1},
+            ArgumentError,
+            rf"max_step_tokens: expected an integer in \[1, {S_MAX}\], got {S_MAX + 1}",
+        ),
+        (
+            {"weights": random_weights(dataclasses.replace(TINY_GQA, vocab_size=V + 1))},
+            ShapeError,
+            rf"model.embed_tokens.weight: expected shape \({V}, 32\), got \({V + 1}, 32\)",
+        ),
+        # 2 x 2 x 2**40 x 8 float32 = 128 TiB per cache: beyond any address space
+        (
+            {"max_seq_len": 2**40},
+            ArgumentError,
+            r"caches \[capacity=2, N, S_max=1099511627776, H\] x 4: expected a size that fits "
+            r"host memory, asked for 562,949,953,421,312 bytes, got MemoryError",
+        ),
+    ],
+)
+def test_reference_backend_refuses_bad_sizes_and_weights_by_name(kwargs, exc, message):
+    args = {"weights": WEIGHTS, "capacity": 2, "max_seq_len": S_MAX, **kwargs}
+    with pytest.raises(exc, match=f"^{message}"):
+        ReferenceBackend(TINY_GQA, **args)

@@ -141,9 +141,29 @@ _LOGGER = None
 
 
 def logger() -> object:
-    """The process-wide ``trt.Logger`` (warnings and errors only)."""
+    """The process-wide TensorRT logger: warnings and errors as ``[TRT] [W|E] message`` lines
+    on stderr (``trt.Logger`` prints to stdout, where ``--json`` output goes). It counts the
+    errors (``error_count``) and keeps the newest (``last_error``) for trt_kv's messages."""
     global _LOGGER
     if _LOGGER is None:
         mod = __getattr__("trt")
-        _LOGGER = mod.Logger(mod.Logger.WARNING)
+        severity = mod.ILogger.Severity
+        tags = {severity.INTERNAL_ERROR: "F", severity.ERROR: "E", severity.WARNING: "W"}
+
+        class StderrLogger(mod.ILogger):
+            def __init__(self) -> None:
+                mod.ILogger.__init__(self)
+                self.error_count = 0
+                self.last_error: str | None = None
+
+            def log(self, level: object, msg: str) -> None:
+                tag = tags.get(level)
+                if tag is None:  # info and verbose: not shown
+                    return
+                if tag != "W":
+                    self.error_count += 1
+                    self.last_error = msg
+                print(f"[TRT] [{tag}] {msg}", file=sys.stderr, flush=True)
+
+        _LOGGER = StderrLogger()
     return _LOGGER

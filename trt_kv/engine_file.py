@@ -211,6 +211,24 @@ def read_sidecar(path: Path) -> EngineMeta:
         raise EngineFileError(f"{path}: {err}") from err
 
 
+def _state(path: Path) -> str:
+    """What stands at ``path`` instead of a file: ``"a folder"`` or ``"missing"``."""
+    return "a folder" if path.is_dir() else "missing"
+
+
+def check_engine_files(path: Path) -> Path:
+    """The sidecar path of ``path`` once both files exist.
+
+    Raises:
+        EngineFileError: the engine or its sidecar missing (or a folder), naming the path.
+    """
+    side = sidecar_path(path)
+    for p in (path, side):
+        if not p.is_file():
+            raise EngineFileError(mismatch(str(p), "an existing file", "", _state(p)))
+    return side
+
+
 def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[bytes, EngineMeta]:
     """Read an engine and its sidecar; verify size, sha256 and the TensorRT module/version.
 
@@ -221,11 +239,7 @@ def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[b
             module or version.
     """
     path = Path(path)
-    side = sidecar_path(path)
-    for p in (path, side):
-        if not p.is_file():
-            raise EngineFileError(mismatch(str(p), "an existing file", "present", "missing"))
-    meta = read_sidecar(side)
+    meta = read_sidecar(check_engine_files(path))
     try:
         data = path.read_bytes()
     except OSError as err:

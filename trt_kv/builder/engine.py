@@ -153,18 +153,16 @@ def build_engine(
     monitor = build_monitor()  # a progress bar over the builder's phases (None: bars off)
     if monitor is not None:
         config.progress_monitor = monitor
+    log = _logger()
+    errors_before = log.error_count
     start = time.perf_counter()
     data = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
     if monitor is not None:
         monitor.bar.close()
     if data is None:
+        said = log.last_error if log.error_count > errors_before else "no error logged"
         raise NetworkError(
-            mismatch(
-                "network",
-                "a successful engine build",
-                "engine bytes",
-                "None (see the TensorRT log above)",
-            )
+            mismatch("network", "an engine from build_serialized_network", "", f"None ({said})")
         )
     return BuiltEngine(bytes(data), seconds)

@@ -7,6 +7,7 @@ import argparse
 
 from trt_kv.cli import common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, integer
+from trt_kv.errors import ArgumentError, mismatch
 
 EXAMPLE = "trt-kv bench --backend interpreter --batch 1 8 --context 128 2048 --repeats 5"
 
@@ -122,6 +123,28 @@ def format_rows(backend: str, rows: list[dict]) -> str:
     return common.table(head, body)
 
 
+def check_sizes(args: argparse.Namespace) -> None:
+    """Refuse, before any model is loaded, a ``--max-seq-len`` without room for the largest
+    ``--context`` plus ``--decode-steps``, and a ``--max-step-tokens`` wider than the
+    smallest S_max it is built with (ArgumentError naming the option)."""
+    need = max(args.context) + args.decode_steps
+    if args.max_seq_len is not None and need > args.max_seq_len:
+        raise ArgumentError(
+            mismatch(
+                "--max-seq-len",
+                "at least the largest --context + --decode-steps =",
+                need,
+                args.max_seq_len,
+            )
+        )
+    s_max = args.max_seq_len or min(args.context) + args.decode_steps
+    if args.max_step_tokens is not None and args.max_step_tokens > s_max:
+        bound = "--max-seq-len" if args.max_seq_len else "the smallest --context + --decode-steps"
+        raise ArgumentError(
+            mismatch("--max-step-tokens", f"<= {bound} =", s_max, args.max_step_tokens)
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -133,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend in generate.GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
+    check_sizes(args)
     model = load_model(args.model, progress=not args.quiet)
     name, config, weights = model.name, model.config, model.weights
     capacity = max(args.batch)
@@ -147,7 +171,18 @@ def run(args: argparse.Namespace) -> int:
         backend_args = argparse.Namespace(**{**vars(args), **shape})
         backend = generate.make_backend(backend_args, name, config, weights, capacity)
         session = Session(backend)
-        rows += [measure(session, b, context, args) for b in args.batch]
+        for b in args.batch:
+            try:
+                rows.append(measure(session, b, context, args))
+            except MemoryError as err:  # a prefill step's activations, say
+                raise ArgumentError(
+                    mismatch(
+                        "--batch x --context",
+                        "a step that fits host memory (try a smaller --max-step-tokens)",
+                        "",
+                        f"{b} x {context}: MemoryError ({err})",
+                    )
+                ) from err
     if args.json:
         print(json.dumps({"backend": args.backend, "model": name, "results": rows}))
     else:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trt_kv.cli import common
 from trt_kv.cli.checks import check_model
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 EXAMPLE = "trt-kv build --max-seq-len 512 --max-batch 4 --out engines/"
 
@@ -16,12 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-model", action="store_true", help="only the doc example")
 
 
-def print_built(out: Path, rows: list) -> None:
-    """The TensorRT version and one table line per engine built into ``out``."""
+def print_built(out: Path, rows: list, file: TextIO | None = None) -> None:
+    """The TensorRT version and one table line per engine built into ``out``, on ``file``
+    (default: stdout)."""
     from trt_kv._trt import FEATURES
 
-    print(f"built with {FEATURES.module} {FEATURES.version} into {out}")
-    print(common.engine_table(rows))
+    print(f"built with {FEATURES.module} {FEATURES.version} into {out}", file=file)
+    print(common.engine_table(rows), file=file)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from trt_kv.cli import build, common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
@@ -55,11 +56,13 @@ def _run(args: argparse.Namespace) -> int:
         asked.append((label, prompt, chat, prompts, tokenizer))
     rows = [build_doc_example(args.out)]
     rows.append(common.model_engine(args, model.name, model.config, model.weights, args.max_batch))
-    build.print_built(args.out, rows)
+    talk = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON lines only
+    build.print_built(args.out, rows, file=talk)
     if reason is not None:
         print(
             f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
-            "running the same network's decode loop on the CPU interpreter instead"
+            "running the same network's decode loop on the CPU interpreter instead",
+            file=talk,
         )
     backend = generate.make_backend(args, model.name, model.config, model.weights, 8)
     where = " (emulated GPU)" if args.emulate_gpu else ""
@@ -67,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         for label, prompt, chat, prompts, tokenizer in asked:
             args.prompt, args.chat = prompt, chat
             shown = f"{label}> {prompt[0]}" if label else f"prompts={args.prompt_ids or prompt}"
-            print(f"\n[{model.name}, backend={backend.name}{where}] {shown}")
+            print(f"\n[{model.name}, backend={backend.name}{where}] {shown}", file=talk)
             generate.generate_and_print(
                 args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids
             )

@@ -106,23 +106,36 @@ def _emulated() -> bool:
     return emulator is not None and emulator.is_active()
 
 
-def report(path: Path, batch: int | None = None, max_seq_len: int | None = None) -> dict:
-    """Everything ``inspect`` shows, as JSON-ready data. Raises EngineFileError for a
-    missing engine or sidecar."""
-    import hashlib
-    import json
-
-    from trt_kv import FEATURES
-    from trt_kv.engine_file import EngineMeta, sidecar_path
+def _check_recipe(side: Path, md: dict) -> None:
+    """EngineFileError naming ``side`` and the field when one of the ``metadata`` objects
+    that ``inspect`` reads by key is not a JSON object (an edited or foreign sidecar)."""
     from trt_kv.errors import EngineFileError, mismatch
 
-    side = sidecar_path(path)
-    for p in (path, side):
-        if not p.is_file():
-            raise EngineFileError(mismatch(str(p), "an existing file", "present", "missing"))
-    meta = EngineMeta.from_json(json.loads(side.read_text()))
+    for key in ("routes", "build_options", "config"):
+        value = md.get(key)
+        if value is not None and not isinstance(value, dict):
+            kind = type(value).__name__
+            raise EngineFileError(mismatch(f"{side}: metadata.{key}", "a JSON object", "", kind))
+
+
+def report(path: Path, batch: int | None = None, max_seq_len: int | None = None) -> dict:
+    """Everything ``inspect`` shows, as JSON-ready data.
+
+    Raises:
+        EngineFileError: a missing engine or sidecar; a sidecar that is not UTF-8 JSON, not
+            a trt_kv sidecar, or whose ``metadata`` routes, build options or config are not
+            JSON objects (each naming the sidecar and the field).
+    """
+    import hashlib
+
+    from trt_kv import FEATURES
+    from trt_kv.engine_file import check_engine_files, read_sidecar
+
+    side = check_engine_files(path)
+    meta = read_sidecar(side)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     md = dict(meta.metadata)
+    _check_recipe(side, md)
     tensors = [
         {
             "name": t.name,

@@ -6,9 +6,10 @@ import numpy as np
 
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import cache_names
+from trt_kv.errors import check_int
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import long_rope_after
-from trt_kv.models.llama.weights import LlamaWeights
+from trt_kv.models.llama.weights import LlamaWeights, check_weights
 from trt_kv.reference.llama import forward
 from trt_kv.runtime.backend import last_token_logits
 from trt_kv.runtime.cache_state import StepPlan
@@ -39,8 +40,16 @@ class ReferenceBackend:
         max_seq_len: int,
         max_step_tokens: int | None = None,
     ) -> None:
+        """Raises ArgumentError (``capacity``, ``max_seq_len`` or ``max_step_tokens`` not an
+        integer >= 1, a step wider than ``max_seq_len``, caches beyond host memory) or as
+        :func:`~trt_kv.models.llama.weights.check_weights` for ``weights`` that do not fit
+        ``config``."""
+        check_int("capacity", capacity, 1)
+        check_int("max_seq_len", max_seq_len, 1)
+        if max_step_tokens is not None:
+            check_int("max_step_tokens", max_step_tokens, 1, max_seq_len)
         self.config = config
-        self.weights = weights.astype(np.float32)
+        self.weights = check_weights(weights, config).astype(np.float32)
         self.storage = HostCaches(llama_cache_aliases(config, max_seq_len, "float32"), capacity)
         self.max_step_tokens = max_step_tokens or max_seq_len
         self.vocab_size = config.vocab_size

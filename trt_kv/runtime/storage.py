@@ -17,7 +17,7 @@ import numpy as np
 from trt_kv import dtypes
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import cache_names
-from trt_kv.errors import DTypeError, ShapeError, mismatch
+from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
 Snapshot = dict[str, np.ndarray]  # cache input name -> [N, L, H] rows of one slot
 
@@ -189,14 +189,29 @@ def cast_rows(name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 class HostCaches(CacheStorage):
-    """Caches as NumPy arrays ``[capacity, N, S_max, H]``; steps bind views of a window."""
+    """Caches as NumPy arrays ``[capacity, N, S_max, H]``; steps bind views of a window.
+
+    Raises:
+        ArgumentError: the caches do not fit host memory (naming capacity, S_max and the
+            bytes asked for; NumPy's MemoryError is the cause).
+    """
 
     def __init__(self, aliases: Sequence[CacheAlias], capacity: int) -> None:
         super().__init__(aliases, capacity)
-        self.arrays = {
-            a.input: np.zeros((capacity, *self.slot_shape), dtypes.to_numpy(a.dtype))
-            for a in self.aliases
-        }
+        shape = (capacity, *self.slot_shape)
+        try:
+            self.arrays = {a.input: np.zeros(shape, dtypes.to_numpy(a.dtype)) for a in self.aliases}
+        except MemoryError as err:
+            total = sum(np.dtype(dtypes.to_numpy(a.dtype)).itemsize for a in self.aliases)
+            total *= int(np.prod(shape, dtype=np.int64))
+            raise ArgumentError(
+                mismatch(
+                    f"caches [capacity={capacity}, N, S_max={shape[2]}, H] x {len(self.aliases)}",
+                    "a size that fits host memory, asked for",
+                    f"{total:,} bytes",
+                    f"MemoryError ({err})",
+                )
+            ) from err
 
     def window(self, lo: int, b: int) -> dict[str, np.ndarray]:
         """In-place views ``[b, N, S_max, H]`` of slots ``lo .. lo + b - 1``."""

@@ -40,14 +40,14 @@ from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.model_caches import ModelCaches, cache_names
 from trt_kv.builder.routes import Routes, resolve_routes
-from trt_kv.errors import ShapeError, mismatch
+from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope
-from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
+from trt_kv.models.llama.weights import LayerWeights, LlamaWeights, check_weights
 from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
 
@@ -150,7 +150,7 @@ def build_llama_network(
     *,
     max_seq_len: int = 512,
     max_batch: int = 8,
-    max_step_tokens: int = 128,
+    max_step_tokens: int | None = None,
     dtype: str = "float16",
     all_logits: bool = False,
     routes: Routes | None = None,
@@ -160,20 +160,35 @@ def build_llama_network(
     Args:
         max_seq_len: S_max of every cache (static).
         max_batch: B upper bound of the optimization profiles.
-        max_step_tokens: S upper bound of one step (longer prompts are prefilled in chunks).
+        max_step_tokens: S upper bound of one step (longer prompts are prefilled in chunks;
+            None: ``min(128, max_seq_len)``).
         dtype: "float16", "bfloat16" or "float32" for weights and activations.
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
         routes: the route of each part; "auto" (the default) takes the best the installed
             TensorRT has.
 
     Raises:
+        ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
+            ``max_batch`` or ``max_step_tokens`` not an integer >= 1.
         ShapeError: ``max_step_tokens > max_seq_len``.
+        ConfigError, ShapeError, DTypeError: ``weights`` that do not fit ``config``
+            (:func:`~trt_kv.models.llama.weights.check_weights`).
         RouteError: a requested route is missing, or a part has none (with the reasons).
     """
+    if not isinstance(config, LlamaConfig):
+        raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
+    check_int("max_seq_len", max_seq_len, 1)
+    check_int("max_batch", max_batch, 1)
+    if max_step_tokens is None:
+        max_step_tokens = min(128, max_seq_len)
+    check_int("max_step_tokens", max_step_tokens, 1)
     if max_step_tokens > max_seq_len:
         raise ShapeError(
             mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
         )
+    if routes is not None and not isinstance(routes, Routes):
+        raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
+    check_weights(weights, config)
     chosen = resolve_routes(routes)
     cfg = config
     builder, network = create_network()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.errors import ConfigError, DTypeError, ShapeError, mismatch
+from trt_kv.errors import ArgumentError, ConfigError, DTypeError, ShapeError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.progress import track
 
@@ -206,6 +206,20 @@ def llama_weights(tensors: dict[str, np.ndarray], config: LlamaConfig) -> LlamaW
         if array.shape != shape:
             raise ShapeError(mismatch(name, "shape", shape, array.shape))
     return _from_named(tensors, config)
+
+
+def check_weights(weights: object, config: LlamaConfig) -> LlamaWeights:
+    """``weights`` once every array is where ``config`` wants it, with its shape and a float
+    dtype (the checks of :func:`llama_weights`, on the arrays' Hugging Face names).
+
+    Raises:
+        ArgumentError: ``weights`` not a :class:`LlamaWeights`. ConfigError, ShapeError,
+            DTypeError: as :func:`llama_weights` (weights of another config, say).
+    """
+    if not isinstance(weights, LlamaWeights):
+        raise ArgumentError(mismatch("weights", "a LlamaWeights", "", type(weights).__name__))
+    llama_weights(to_hf_tensors(weights), config)
+    return weights
 
 
 def load_hf_weights(folder: str | Path, config: LlamaConfig) -> LlamaWeights:
