@@ -167,6 +167,26 @@ def test_product_with_a_row_major_weight_fast_and_plain_agree(rows):
     assert (np.abs(fast - plain) <= 1e-6 * scale).all()
 
 
+def test_one_row_products_stacked_or_alone_give_the_same_bits():
+    """Q and K products of one row ``x [1, 1, 320]`` (weights ``[640, 320]``, ``[256, 320]``):
+    the fast plan stacks them and runs one dot product per weight row; a network with the Q
+    product alone runs it on its own. Each row's sum is the same either way: same bits, and
+    within float32 rounding of float64."""
+    wq, wk = rand(1, 640, 320, seed=18), rand(1, 256, 320, seed=19)
+    outs = {}
+    for weights in ((wq, wk), (wq,)):
+        net = Net()
+        x = net.input("x", "float32", (1, 1, 320))
+        for w, name in zip(weights, ("q", "k")):
+            product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+            net.mark(product.get_output(0), name)
+        outs[len(weights)] = compile_network(net.network).run({"x": rand(1, 1, 320, seed=20)})
+    np.testing.assert_array_equal(outs[2]["q"], outs[1]["q"])
+    row = rand(1, 1, 320, seed=20)[0].astype(np.float64)
+    np.testing.assert_allclose(outs[2]["k"][0], row @ wk[0].T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[2]["q"][0], row @ wq[0].T, rtol=1e-5, atol=1e-5)
+
+
 def test_intermediates_are_dropped_after_their_last_reader():
     """A chain of 24 elementwise layers on a 1 MiB tensor peaks at a few live tensors, not 24."""
     net = Net()

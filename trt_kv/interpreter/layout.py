@@ -17,14 +17,17 @@ from dataclasses import replace
 
 import numpy as np
 
+from trt_kv.interpreter.linalg import row_dots
+
 
 def fuse_one_row_products(steps: list) -> None:
     """Store the constant matrices of the products that read one input (a decoder block's
     Q, K and V projections; its gate and up projections) one above the other in one
     ``[sum N, K]`` array, each constant becoming a view of its rows: the same values, the
     same row-major layout, no extra memory. With one row in the input, the first of those
-    products runs them all as one dot product per matrix row (:func:`numpy.vecdot`, as each
-    product alone would: the same bits) and the others take their part of it; with more
+    products runs them all as one dot product per matrix row
+    (:func:`~trt_kv.interpreter.linalg.row_dots`, as each product alone would: the same
+    bits) and the others take their part of it; with more
     rows each runs on its own, as before.
     """
     constants = {
@@ -94,7 +97,7 @@ class _OneRowProduct:
                 return fn(x)
             last = self.last
             if last[0] is not a or not np.array_equal(last[1], a):
-                last = self.last = (a, a.copy(), np.vecdot(self.joined, a.reshape(-1)))
+                last = self.last = (a, a.copy(), row_dots(self.joined, a.reshape(-1)))
             return last[2][lo:hi].reshape(*a.shape[:-1], hi - lo)
 
         return run

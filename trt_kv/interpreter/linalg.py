@@ -33,9 +33,8 @@ def _shared_matrix(a: Array, b: Array) -> Array:
 def _product(a: Array, b: Array) -> Array:
     """``a [M, K] @ b [K, N]`` for a fast plan. Against the transposed view of a large
     row-major matrix ``W [N, K]`` (a weight stored ``nn.Linear``-style, read transposed):
-    one row as one dot product per row of ``W`` (:func:`numpy.vecdot`: BLAS's dot, streaming
-    ``W`` ~2x faster than its matrix-vector product on this layout, as fast as on ``W^T``),
-    2..16 float32 rows in blocks of ``W``'s rows (:func:`_few_rows`). Else one call."""
+    one row as :func:`row_dots`, 2..16 float32 rows in blocks of ``W``'s rows
+    (:func:`_few_rows`). Else one call."""
     if (
         a.shape[0] <= _FEW_ROWS
         and b.flags.f_contiguous
@@ -44,10 +43,18 @@ def _product(a: Array, b: Array) -> Array:
         and a.dtype == b.dtype
     ):
         if a.shape[0] == 1:
-            return np.vecdot(b.T, a)[None]
+            return row_dots(b.T, a[0])[None]
         if a.shape[0] > 1 and a.dtype == _F32:
             return _few_rows(a, b.T)
     return a @ b
+
+
+def row_dots(w: Array, x: Array) -> Array:
+    """``w [N, K] @ x [K]`` -> ``[N]`` as one dot product per row of ``w`` (NumPy's einsum
+    loop): it streams a row-major ``w`` ~2x faster than BLAS's matrix-vector product on that
+    layout (~15-25 GB/s here, as fast as BLAS on ``w^T``), and each row's sum is the same
+    whichever rows are computed together."""
+    return np.einsum("nk,k->n", w, x)
 
 
 _F32 = np.dtype(np.float32)
