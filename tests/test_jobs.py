@@ -6,6 +6,7 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv.builder import Routes
+from trt_kv.errors import ArgumentError
 from trt_kv.jobs import (
     BuildOptions,
     build_llama_engine,
@@ -119,3 +120,31 @@ def test_a_malformed_sidecar_means_rebuild_not_a_crash(built, tmp_path, sidecar)
     (tmp_path / engine.path.name).write_bytes(engine.path.read_bytes())
     (tmp_path / (engine.path.name + ".json")).write_bytes(sidecar)
     assert find_llama_engine("tiny", TINY_GQA, options, tmp_path) is None
+
+
+def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
+    assert BuildOptions(max_seq_len=32).key() == "float16-s32-b8-t32"
+    assert BuildOptions(max_seq_len=32, max_step_tokens=8).key() == "float16-s32-b8-t8"
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        (
+            "t",
+            {"max_seqlen": 64},
+            r"options: expected BuildOptions fields \['dtype', 'max_seq_len', 'max_batch', "
+            r"'max_step_tokens', 'all_logits', 'routes'\], got \['max_seqlen'\]",
+        ),
+        ("../t", {}, r"name: expected a file-name part \(no path separator\), got '../t'"),
+        ("", {}, r"name: expected a file-name part \(no path separator\), got ''"),
+    ],
+)
+def test_an_unknown_option_or_a_name_with_a_path_is_refused_before_building(
+    tmp_path, name, options, message
+):
+    """The first was a TypeError from the dataclass; the second wrote outside ``out_dir``."""
+    weights = random_weights(TINY_GQA, seed=0)
+    with pytest.raises(ArgumentError, match=f"^{message}$"):
+        build_llama_engine(name, TINY_GQA, weights, out_dir=tmp_path, max_seq_len=16, **options)
+    assert not any(tmp_path.parent.glob("t-*.engine")) and not any(tmp_path.iterdir())

@@ -21,7 +21,7 @@ import numpy as np
 
 from trt_kv.builder import Profile, Routes, build_engine
 from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, load_engine_file, save_engine
-from trt_kv.errors import EngineFileError
+from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
 
@@ -39,18 +39,21 @@ class BuildOptions:
     """Every option of a model engine build (keywords of ``build_llama_network``).
 
     File-name parts: ``float16-s256-b8-t64`` always; other fields only off their default,
-    as ``name_value`` (``name`` for True).
+    as ``name_value`` (``name`` for True). ``max_step_tokens`` None is
+    ``min(128, max_seq_len)``.
     """
 
     dtype: str = field(default="float16", metadata=_tag(""))
     max_seq_len: int = field(default=512, metadata=_tag("s"))
     max_batch: int = field(default=8, metadata=_tag("b"))
-    max_step_tokens: int = field(default=128, metadata=_tag("t"))
+    max_step_tokens: int | None = field(default=None, metadata=_tag("t"))
     all_logits: bool = False
     # the route of each network part ("auto": the best available)
     routes: Routes = field(default_factory=Routes)
 
     def __post_init__(self) -> None:
+        if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
+            object.__setattr__(self, "max_step_tokens", min(128, self.max_seq_len))
         if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
             object.__setattr__(self, "routes", Routes.from_json(self.routes))
 
@@ -122,9 +125,17 @@ def build_doc_example(out_dir: Path = ENGINES_DIR) -> BuiltFile:
     )
 
 
-def model_engine_path(name: str, options: BuildOptions, out_dir: Path = ENGINES_DIR) -> Path:
-    """``out_dir / "<name>-<options.key()>.engine"``."""
-    return out_dir / f"{name}-{options.key()}.engine"
+def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = ENGINES_DIR) -> Path:
+    """``out_dir / "<name>-<options.key()>.engine"``.
+
+    Raises:
+        ArgumentError: ``name`` not a non-empty file-name part (no path separator).
+    """
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+        raise ArgumentError(
+            mismatch("name", "a file-name part (no path separator)", "", repr(name))
+        )
+    return Path(out_dir) / f"{name}-{options.key()}.engine"
 
 
 def find_llama_engine(
@@ -158,12 +169,18 @@ def build_llama_engine(
     covers every build option; the sidecar metadata holds the config and the options.
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
-    ``max_batch``, ``max_step_tokens``, ...). Raises TypeError for an unknown one.
+    ``max_batch``, ``max_step_tokens``, ...); an unknown one is an ArgumentError naming it
+    and the known ones, raised (as every argument check) before anything is built.
     ``source``: the ``load_model`` spec the weights came from ("default" or a checkpoint
     folder); the sidecar then records a recipe (source and weights sha256) from which the
     same network can be rebuilt, e.g. by the emulated TensorRT runtime.
     """
+    known = [f.name for f in dataclasses.fields(BuildOptions)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ArgumentError(mismatch("options", "BuildOptions fields", known, unknown))
     opts = BuildOptions(**options)
+    path = model_engine_path(name, opts, out_dir)
     net = build_llama_network(config, weights, **opts.network_options())
     metadata = {**net.metadata(), OPTIONS_KEY: opts.to_json()}
     if source is not None:
@@ -172,9 +189,7 @@ def build_llama_engine(
             "model": source,
             "weights_sha256": weights_digest(weights),
         }
-    return build_to_file(
-        net.builder, net.network, net.profiles, model_engine_path(name, opts, out_dir), metadata
-    )
+    return build_to_file(net.builder, net.network, net.profiles, path, metadata)
 
 
 def weights_digest(weights: LlamaWeights) -> str:
