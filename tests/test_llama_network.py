@@ -271,3 +271,16 @@ def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
     assert build_llama_network(SMALL, WEIGHTS, max_seq_len=16, max_batch=1).max_step_tokens == 16
     net = build_llama_network(SMALL, WEIGHTS, max_seq_len=200, max_batch=1, dtype="float32")
     assert net.max_step_tokens == 128
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((SMALL, -1), "seed: expected an integer >= 0, got -1"),
+        ((SMALL, 0, -0.1), r"std: expected a finite number >= 0.0, got -0.1"),
+        ((None,), "config: expected a LlamaConfig, got NoneType"),
+    ],
+)
+def test_random_weights_refuse_bad_arguments_by_name(args, message):
+    with pytest.raises(ArgumentError, match=f"^{message}$"):
+        random_weights(*args)

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.errors import ArgumentError, ConfigError, DTypeError, ShapeError, mismatch
+from trt_kv.errors import (
+    ArgumentError,
+    ConfigError,
+    DTypeError,
+    ShapeError,
+    check_int,
+    check_real,
+    mismatch,
+)
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.progress import track
 
@@ -247,8 +255,16 @@ def _from_named(t: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:
 
 
 def random_weights(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> LlamaWeights:
-    """Seeded random float32 weights (normal(0, std) matrices, norms around 1)."""
-    rng = np.random.default_rng(seed)
+    """Seeded random float32 weights (normal(0, std) matrices, norms around 1).
+
+    Raises:
+        ArgumentError: ``config`` not a LlamaConfig, ``seed`` not an integer >= 0, ``std``
+            not a finite number >= 0.
+    """
+    if not isinstance(config, LlamaConfig):
+        raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
+    rng = np.random.default_rng(check_int("seed", seed, 0))
+    std = check_real("std", std, 0.0)
     tensors = {}
     for name, shape in track(expected_shapes(config).items(), "random weights", unit="tensor"):
         if name.endswith("norm.weight"):
