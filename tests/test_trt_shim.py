@@ -1,5 +1,6 @@
 """The one TensorRT import: module choice, features, Polygraphy pointed at the same module."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -40,6 +41,23 @@ def test_unknown_forced_module_is_a_clear_error_on_first_use():
     assert (
         "TRT_KV_TRT_MODULE: expected one of ('tensorrt', 'tensorrt_rtx'), got 'tensorflow'"
         in out.stderr
+    )
+
+
+MISSING = [m for m in ("tensorrt", "tensorrt_rtx") if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.skipif(not MISSING, reason="both tensorrt and tensorrt_rtx are installed")
+def test_a_forced_module_that_is_not_installed_is_one_error_line():
+    """It was a ModuleNotFoundError traceback from ``trt-kv``."""
+    out = run_python(
+        "from trt_kv.cli import main; raise SystemExit(main(['build', '--no-model', '-q']))",
+        TRT_KV_TRT_MODULE=MISSING[0],
+    )
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        f"trt-kv: error: TRT_KV_TRT_MODULE: expected an installed module, got {MISSING[0]!r} "
+        f"(No module named {MISSING[0]!r})\n"
     )
 
 

@@ -58,7 +58,12 @@ def _import() -> ModuleType:
     if forced:
         if forced not in _CANDIDATES:
             raise TrtKvError(f"{ENV_VAR}: expected one of {_CANDIDATES}, got {forced!r}")
-        return importlib.import_module(forced)
+        try:
+            return importlib.import_module(forced)
+        except ImportError as err:
+            raise TrtKvError(
+                f"{ENV_VAR}: expected an installed module, got {forced!r} ({err})"
+            ) from err
     for name in _CANDIDATES:
         try:
             return importlib.import_module(name)

