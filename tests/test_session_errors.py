@@ -264,3 +264,26 @@ def test_reference_backend_refuses_bad_sizes_and_weights_by_name(kwargs, exc, me
 def test_generate_refuses_a_sampler_or_callback_of_the_wrong_kind_before_resetting(kwargs, match):
     """Both were a TypeError from inside the loop, after the prefill had reset the slots."""
     refused(session(), ArgumentError, match, lambda s: generate(s, [[1, 2]], 2, **kwargs))
+
+
+def test_interpreter_backend_refuses_a_capacity_of_zero_or_no_network():
+    """capacity=0 was taken as the network's max_batch; None failed inside, after the
+    process-wide malloc setting had changed."""
+    from trt_kv.models.llama import build_llama_network
+    from trt_kv.runtime.interpreter_backend import InterpreterBackend
+
+    net = build_llama_network(TINY_GQA, WEIGHTS, max_seq_len=S_MAX, max_batch=2, max_step_tokens=4)
+    with pytest.raises(ArgumentError, match=r"^capacity: expected an integer >= 1, got 0$"):
+        InterpreterBackend(net, capacity=0)
+    with pytest.raises(ArgumentError, match=r"^net: expected a LlamaNetwork .*, got NoneType$"):
+        InterpreterBackend(None)
+
+
+@pytest.mark.parametrize("module", ["trt_backend", "polygraphy_backend"])
+def test_gpu_backends_refuse_a_capacity_of_zero_before_loading_anything(module, tmp_path):
+    import importlib
+
+    cls = {"trt_backend": "TrtBackend", "polygraphy_backend": "PolygraphyBackend"}[module]
+    backend = getattr(importlib.import_module(f"trt_kv.runtime.{module}"), cls)
+    with pytest.raises(ArgumentError, match=r"^capacity: expected an integer >= 1, got 0$"):
+        backend(tmp_path / "none.engine", capacity=0)  # no file, no GPU needed to refuse

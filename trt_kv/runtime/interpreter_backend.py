@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv.builder.kv_cache import cache_aliases
+from trt_kv.errors import ArgumentError, check_int, mismatch
 from trt_kv.interpreter import compile_network
 from trt_kv.models.llama.network import LOGITS, LlamaNetwork
 from trt_kv.models.llama.rope import long_rope_after
@@ -24,6 +25,15 @@ class InterpreterBackend:
     name = "interpreter"
 
     def __init__(self, net: LlamaNetwork, *, capacity: int | None = None) -> None:
+        """Raises ArgumentError (before the process-wide malloc setting changes): ``net`` not
+        a :class:`LlamaNetwork`, ``capacity`` not None or an integer >= 1 (0 was taken as
+        "the network's max_batch")."""
+        if not isinstance(net, LlamaNetwork):
+            raise ArgumentError(
+                mismatch("net", "a LlamaNetwork (build_llama_network)", "", type(net).__name__)
+            )
+        if capacity is not None:
+            check_int("capacity", capacity, 1)
         keep_freed_memory()  # the steps' large temporaries reuse heap memory, no page faults
         self.net = net
         self.plan = compile_network(net.network)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv import dtypes
+from trt_kv.errors import check_int
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
@@ -61,6 +62,8 @@ class PolygraphyBackend:
         from polygraphy.backend.trt import TrtRunner
         from polygraphy.datatype import DataType
 
+        if capacity is not None:  # 0 is not "the engine's max_batch"
+            check_int("capacity", capacity, 1)
         engine, _, self.meta = load_cuda_engine(engine_path)
         md = check_decoder_engine(engine_path, self.meta)
         self.max_step_tokens = md["max_step_tokens"]

@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.errors import ArgumentError, EngineRunError, mismatch
+from trt_kv.errors import ArgumentError, EngineRunError, check_int, mismatch
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
@@ -69,6 +69,8 @@ class TrtBackend:
         capacity: int | None = None,
         cuda_graph: bool | GraphMode = False,
     ) -> None:
+        if capacity is not None:  # 0 is not "the engine's max_batch"
+            check_int("capacity", capacity, 1)
         self.graph_mode = _graph_mode(cuda_graph)
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         self.engine, _, self.meta = load_cuda_engine(engine_path)
