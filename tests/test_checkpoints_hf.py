@@ -57,7 +57,9 @@ def test_bad_eos_id_is_named(folder):
 
 
 def test_missing_folder_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"a checkpoint folder or a \.gguf file, got missing '/"):
+    with pytest.raises(
+        ConfigError, match=r"^spec: expected .*a checkpoint folder or a \.gguf file, got missing '/"
+    ):
         load_model(tmp_path / "absent")
 
 

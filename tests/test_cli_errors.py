@@ -251,3 +251,29 @@ def test_build_with_a_bad_checkpoint_writes_nothing(capsys, tiny_model, tmp_path
     message = error_of(capsys, "build", "--model", broken, "--out", out, "-q")
     assert message.startswith(f"{weights}: expected a safetensors file, got ")
     assert not out.exists()
+
+
+def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model):
+    """``trt-kv generate --json | head -c 0``: stdout's reader is gone before anything is
+    written; Python's documented recipe applies (exit 1, stderr quiet)."""
+    import os
+    import subprocess
+    import sys
+
+    from cli_user import user_env
+
+    read, write = os.pipe()
+    os.close(read)  # the reader left: every write to stdout fails with EPIPE
+    try:
+        argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "1,2", "--json"]
+        out = subprocess.run(
+            [sys.executable, "-m", "trt_kv", *argv],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env(),
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (out.returncode, out.stderr) == (1, "")

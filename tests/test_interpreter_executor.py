@@ -9,7 +9,7 @@ import pytest
 from test_interpreter_support import Net, rand
 
 from trt_kv._trt import trt
-from trt_kv.errors import DTypeError, NetworkError, ShapeError, UnsupportedLayerError
+from trt_kv.errors import ArgumentError, DTypeError, NetworkError, ShapeError, UnsupportedLayerError
 from trt_kv.interpreter import FeedError, compile_network, execute
 
 E = trt.ElementWiseOperation
@@ -21,6 +21,14 @@ def _doubling_net() -> Net:
     x = net.input("x", "float32", (-1, 3))
     net.mark(net.network.add_elementwise(x, x, E.SUM).get_output(0))
     return net
+
+
+@pytest.mark.parametrize("network", [None, "network.onnx"])
+def test_compile_network_refuses_what_is_no_network_definition(network):
+    with pytest.raises(ArgumentError) as err:
+        compile_network(network)
+    expected = f"network: expected an INetworkDefinition, got {type(network).__name__}"
+    assert str(err.value) == expected
 
 
 def test_feed_missing_input_names_it():

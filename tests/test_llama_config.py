@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from trt_kv.errors import ConfigError, ShapeError
+from trt_kv.errors import ArgumentError, ConfigError, ShapeError
 from trt_kv.models.llama import LlamaConfig, RopeScaling, load_hf_weights
 
 # HuggingFaceTB/SmolLM2-135M config.json as published (transformers 4.40, legacy rope keys).
@@ -191,6 +191,16 @@ def test_from_hf_reads_a_config_json_path_and_its_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_135M_CONFIG_JSON))
     assert LlamaConfig.from_hf(tmp_path / "config.json") == LlamaConfig()
     assert LlamaConfig.from_hf(str(tmp_path)) == LlamaConfig()
+
+
+@pytest.mark.parametrize("source", [None, 3, b"config.json"])
+def test_from_hf_refuses_a_source_that_is_no_dict_str_or_path(source):
+    with pytest.raises(ArgumentError) as err:
+        LlamaConfig.from_hf(source)
+    assert str(err.value) == (
+        "source: expected a config dict, or a config.json file or its folder, got "
+        + type(source).__name__
+    )
 
 
 def test_from_hf_reads_transformers5_rope_parameters():

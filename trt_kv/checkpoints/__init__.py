@@ -40,7 +40,7 @@ def read_checkpoint(
     what = "a file that is not .gguf" if path.exists() else "missing"
     raise ConfigError(
         mismatch(
-            "--model", "'default', a checkpoint folder or a .gguf file", "", f"{what} {str(spec)!r}"
+            "spec", "'default', a checkpoint folder or a .gguf file", "", f"{what} {str(spec)!r}"
         )
     )
 

@@ -109,7 +109,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     progress.set_enabled(False if args.quiet else None)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
     except TrtKvError as e:
         print(f"trt-kv: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # ``trt-kv ... | head``: the reader left. Python's documented recipe: point stdout at
+        # devnull so the exit flush cannot raise again, and exit 1 without a traceback.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -48,14 +48,6 @@ def _stats(samples: list[float]) -> dict:
     }
 
 
-def _prefill(session: object, prompts: list[list[int]], step: int) -> object:
-    """Prefill ``prompts`` (all of one length) in steps of at most ``step`` tokens."""
-    logits = session.prefill([p[:step] for p in prompts])
-    for lo in range(step, len(prompts[0]), step):
-        logits = session.step([p[lo : lo + step] for p in prompts])
-    return logits
-
-
 def measure(session: object, batch: int, context: int, args: argparse.Namespace) -> dict:
     """Prefill ms and decode ms/step for ``batch`` prompts of ``context`` tokens, over
     ``args.warmup`` + ``args.repeats`` runs (the warm-up ones dropped)."""
@@ -63,11 +55,10 @@ def measure(session: object, batch: int, context: int, args: argparse.Namespace)
 
     vocab = session.backend.vocab_size
     prompts = [[(7 * b + 3 * t) % (vocab - 1) + 1 for t in range(context)] for b in range(batch)]
-    step = args.max_step_tokens or context
     prefill_ms, decode_ms = [], []
     for r in range(args.warmup + args.repeats):
         start = time.perf_counter()
-        logits = _prefill(session, prompts, step)
+        logits = session.prefill(prompts)  # in steps of max_step_tokens
         prefilled = time.perf_counter()
         for _ in range(args.decode_steps):
             logits = session.decode(logits.argmax(axis=-1))
@@ -81,6 +72,7 @@ def measure(session: object, batch: int, context: int, args: argparse.Namespace)
         "batch": batch,
         "context": context,
         "max_seq_len": session.state.max_seq_len,
+        "max_step_tokens": session.backend.max_step_tokens,
         "prefill_ms": prefill,
         "prefill_tokens_per_s": batch * context / prefill["median"] * 1e3,
         "decode_ms_per_step": decode,

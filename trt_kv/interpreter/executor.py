@@ -390,7 +390,12 @@ def compile_network(
     Raises:
         UnsupportedLayerError: a layer (type or setting) the interpreter does not execute;
             the message names the layer and its type.
+        ArgumentError: ``network`` is not a network definition.
     """
+    if not all(hasattr(network, a) for a in ("num_inputs", "num_layers", "num_outputs")):
+        raise ArgumentError(
+            mismatch("network", "an INetworkDefinition", "", type(network).__name__)
+        )
     return Plan(network, precision, fast)
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from trt_kv.errors import ConfigError, mismatch
+from trt_kv.errors import ArgumentError, ConfigError, mismatch
 from trt_kv.models.family import SLIDING, family_of, family_switches
 from trt_kv.models.llama.config_keys import ACCEPTED, IMPLEMENTED, REFUSED_UNLESS, REQUIRED, SIZES
 
@@ -173,7 +174,17 @@ class LlamaConfig:
                 at a value not built here; a rope type other than default/llama3/longrope
                 (Phi-3); a key in no list; a missing required key; a value of the wrong type
                 or range. Each message names the key and the value.
+            ArgumentError: ``source`` is none of a dict, a str or a path.
         """
+        if not isinstance(source, (dict, str, os.PathLike)):
+            raise ArgumentError(
+                mismatch(
+                    "source",
+                    "a config dict, or a config.json file or its folder",
+                    "",
+                    type(source).__name__,
+                )
+            )
         if not isinstance(source, dict):
             from trt_kv.checkpoints.hf import read_json
 
