@@ -33,7 +33,6 @@ REQUIRED_FIELDS = (
     "outputs",
     "profiles",
 )
-ENGINES_DIR = Path(__file__).resolve().parent.parent / "engines"
 
 
 @dataclass(frozen=True)

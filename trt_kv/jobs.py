@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv.builder import Profile, Routes, build_engine
-from trt_kv.engine_file import ENGINES_DIR, EngineMeta, describe, load_engine_file, save_engine
+from trt_kv.engine_file import EngineMeta, describe, load_engine_file, save_engine
+from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network

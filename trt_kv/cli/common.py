@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trt_kv.cli.checks import integer, routes
+from trt_kv.engines_dir import ENGINES_DIR
 
 if TYPE_CHECKING:
     from trt_kv.jobs import BuildOptions, BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
 DEFAULT_DTYPE = "float16"  # engines and the interpreter (jobs.BuildOptions' default too)
-# trt_kv.engine_file.ENGINES_DIR, without importing NumPy and TensorRT to print --help.
-ENGINES_DIR = Path(__file__).resolve().parent.parent.parent / "engines"
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
