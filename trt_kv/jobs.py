@@ -25,6 +25,7 @@ from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
+from trt_kv.models.llama.network import default_step_tokens
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
@@ -41,7 +42,7 @@ class BuildOptions:
 
     File-name parts: ``float16-s256-b8-t64`` always; other fields only off their default,
     as ``name_value`` (``name`` for True). ``max_step_tokens`` None is
-    ``min(128, max_seq_len)``.
+    ``default_step_tokens(max_seq_len)`` (``min(128, max_seq_len)``).
     """
 
     dtype: str = field(default="float16", metadata=_tag(""))
@@ -54,7 +55,7 @@ class BuildOptions:
 
     def __post_init__(self) -> None:
         if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
-            object.__setattr__(self, "max_step_tokens", min(128, self.max_seq_len))
+            object.__setattr__(self, "max_step_tokens", default_step_tokens(self.max_seq_len))
         if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
             object.__setattr__(self, "routes", Routes.from_json(self.routes))
 

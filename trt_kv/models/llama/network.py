@@ -144,6 +144,11 @@ class LlamaNetwork:
         }
 
 
+def default_step_tokens(max_seq_len: int) -> int:
+    """``max_step_tokens`` (the S bound of one step) when none is given."""
+    return min(128, max_seq_len)
+
+
 def build_llama_network(
     config: LlamaConfig,
     weights: LlamaWeights,
@@ -180,7 +185,7 @@ def build_llama_network(
     check_int("max_seq_len", max_seq_len, 1)
     check_int("max_batch", max_batch, 1)
     if max_step_tokens is None:
-        max_step_tokens = min(128, max_seq_len)
+        max_step_tokens = default_step_tokens(max_seq_len)
     check_int("max_step_tokens", max_step_tokens, 1)
     if max_step_tokens > max_seq_len:
         raise ShapeError(
