@@ -34,10 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.jobs import build_doc_example
 
     check_model(args)
-    rows = []
+    model_rows = []
     if not args.no_model:  # first: a bad checkpoint, route or build leaves --out untouched
         m = load_model(args.model, progress=not args.quiet)
-        rows.append(common.model_engine(args, m.name, m.config, m.weights, args.max_batch))
-    rows.insert(0, build_doc_example(args.out))
-    print_built(args.out, rows)
+        model_rows = [common.model_engine(args, m.name, m.config, m.weights, args.max_batch)]
+    print_built(args.out, [build_doc_example(args.out), *model_rows])
     return 0

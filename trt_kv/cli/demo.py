@@ -55,10 +55,9 @@ def _run(args: argparse.Namespace) -> int:
         generate.check_fit(args, prompts, "--prompt" if prompt else "--prompt-ids")
         asked.append((label, prompt, chat, prompts, tokenizer))
     # the model first: a route or build TensorRT refuses leaves --out untouched
-    rows = [common.model_engine(args, model.name, model.config, model.weights, args.max_batch)]
-    rows.insert(0, build_doc_example(args.out))
+    model_row = common.model_engine(args, model.name, model.config, model.weights, args.max_batch)
     talk = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON lines only
-    build.print_built(args.out, rows, file=talk)
+    build.print_built(args.out, [build_doc_example(args.out), model_row], file=talk)
     if reason is not None:
         print(
             f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
