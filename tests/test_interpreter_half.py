@@ -9,6 +9,7 @@ also checked once by hand, in chunks: no difference.)
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trt_kv.interpreter.half import round_float16, widen
 
@@ -80,6 +81,74 @@ def test_round_float16_at_the_edges_of_its_ranges():
     nans = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0xFFC00000, 0xFFFFFFFF], np.uint32)
     x = np.tile(np.concatenate([around, -around, nans.view(np.float32)]), 64)  # the bit recipe
     np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
+
+
+@pytest.mark.parametrize(
+    "lo, hi",
+    [
+        (0x3F800000, 0x40000000),  # [1, 2): 2^13 ties of each parity, every neighbour
+        (0x38000000, 0x38800000),  # [2^-15, 2^-14): subnormal results, some round up to 2^-14
+        (0x38800000, 0x39000000),  # [2^-14, 2^-13): the smallest normal binade
+        (0x47000000, 0x477FF000),  # [32768, 65520): the largest binade, below inf
+        (0x477FF000, 0x47802000),  # [65520, 65600): rounds to inf
+    ],
+)
+def test_round_float16_every_float32_of_the_binades_where_rules_change(lo, hi):
+    """Every float32 with these bit patterns, both signs, in one array."""
+    u = np.arange(lo, hi, dtype=np.uint32)
+    x = np.concatenate([u, u | np.uint32(0x80000000)]).view(np.float32)
+    np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
+
+
+def test_round_float16_known_values():
+    """Written out: ties go to the even neighbour, up or down; 65520 is the first to overflow;
+    below 2^-24 halves, towards zero, keeping the sign."""
+    x = np.array(
+        [
+            1 + 2.0**-11,
+            1 + 3 * 2.0**-11,
+            2048 + 1,
+            2048 + 3,
+            65504 + 15.99,
+            65520,
+            2.0**-25,
+            3 * 2.0**-26,
+            -(2.0**-26),
+            2.0**-14 - 2.0**-25,
+        ],
+        np.float32,
+    )
+    want = np.array(
+        [1, 1 + 2.0**-9, 2048, 2052, 65504, np.inf, 0, 2.0**-24, -0.0, 2.0**-14], np.float32
+    )
+    for size in (10, 4096):  # NumPy's casts, and the large-array path
+        got = round_float16(np.tile(x, size // 10 + 1))[: x.size]
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("size", [1, 576, 1023, 1024, 1025, 4608, 12288, 73728])
+@pytest.mark.parametrize("outlier", [None, np.inf, np.nan, 70000.0])
+def test_round_float16_random_arrays_of_every_size(size, outlier):
+    """Sizes on both sides of the small-array cut; a few values below 2^-14, zeros of both
+    signs and ties among normal values; with or without one element of the outlier path."""
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * np.exp(rng.uniform(-8, 8, size))).astype(np.float32)
+    x = np.clip(x, -65000, 65000)
+    picks = rng.integers(0, size, (4, max(1, size // 100)))
+    x[picks[0]] *= np.float32(1e-5)
+    x[picks[1]] = np.where(rng.random(picks.shape[1]) < 0.5, 0.0, -0.0)
+    h = x[picks[2]].astype(np.float16)  # ties: halfway to the next float16 up
+    x[picks[2]] = (
+        h.astype(np.float64) + np.nextafter(h, np.float16(np.inf)).astype(np.float64)
+    ) / 2
+    if outlier is not None:
+        x[picks[3, 0]] = outlier
+    np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
+    if size % 64 == 0:  # a transposed view: results in logical order
+        view = x.reshape(-1, 64).T
+        got = round_float16(view)
+        assert got.shape == view.shape
+        np.testing.assert_array_equal(_bits(got), _bits(_reference(view)))
 
 
 def test_small_arrays_take_numpys_casts_with_the_same_results():
