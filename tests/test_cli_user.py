@@ -159,7 +159,9 @@ def test_demo_reuses_an_engine_and_says_when_and_how_long_it_took_to_build(tiny,
 
 def test_generate_reports_prefill_and_decode_apart_in_text_and_json(tiny):
     args = (*generate_args(tiny), "--prompt-ids", "1,2,3;4,5", "--max-new-tokens", "5", "-q")
-    line = run_cli(*args, "--ignore-eos").stdout.splitlines()[-1]
+    out = run_cli(*args, "--ignore-eos")
+    assert [line[:4] for line in out.stdout.splitlines()] == ["[0] ", "[1] "]  # the ids only
+    line = out.stderr.splitlines()[-1]  # the speed line: stderr, stdout holds the ids only
     pattern = (
         r"interpreter: prefill 5 tokens, (\d+\.\d) ms; decode 8 tokens in 4 steps, "
         r"(\d+\.\d\d) ms/step, (\d+\.\d) tokens/s"
@@ -181,5 +183,5 @@ def test_one_new_token_is_a_prefill_without_decode_steps(tiny):
     out = json.loads(run_cli(*args, "--json").stdout)
     assert len(out["ids"][0]) == 1
     assert out["decode"] == {"tokens": 0, "steps": 0, "ms_per_step": None, "tokens_per_s": None}
-    line = run_cli(*args).stdout.splitlines()[-1]
+    line = run_cli(*args).stderr.splitlines()[-1]
     assert line.endswith("; no decode step (every sequence stopped at its first token)"), line

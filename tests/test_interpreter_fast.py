@@ -92,6 +92,21 @@ def _network(config: object, dtype: str, batch: int, routes: Routes | None = Non
     )
 
 
+def step_feed(plan: object, caches: dict[str, np.ndarray], step: tuple) -> dict[str, np.ndarray]:
+    """The feed of one of STEPS (ids, positions, write indices, lengths, last-token rows) on
+    ``caches``, with the inputs ``plan`` has (key_value_lengths is a route)."""
+    ids, positions, write, lengths, rows = step
+    feed = {
+        **caches,
+        "input_ids": np.array(ids, np.int32),
+        "position_ids": np.array(positions, np.int64),
+        "write_indices": np.array(write, np.int32),
+        "key_value_lengths": np.array(lengths, np.int32),
+        "last_token_rows": np.array(rows, np.int32),
+    }
+    return {k: v for k, v in feed.items() if k in plan.input_names}
+
+
 def _run_fast_and_plain(net: object, dtype: str, rtol: float, steps: list) -> dict:
     """Run ``steps`` (ids, positions, write indices, lengths, last-token rows) on a fast and a
     plain plan of ``net``, each on its own NaN-filled caches; assert finite logits that agree
@@ -102,19 +117,11 @@ def _run_fast_and_plain(net: object, dtype: str, rtol: float, steps: list) -> di
     }
     batch = len(steps[0][0])
     caches = {kind: {k: v[:batch].copy() for k, v in _caches(dtype).items()} for kind in plans}
-    for ids, positions, write, lengths, rows in steps:
-        logits = {}
-        for kind, plan in plans.items():
-            feed = {
-                **caches[kind],
-                "input_ids": np.array(ids, np.int32),
-                "position_ids": np.array(positions, np.int64),
-                "write_indices": np.array(write, np.int32),
-                "key_value_lengths": np.array(lengths, np.int32),
-                "last_token_rows": np.array(rows, np.int32),
-            }
-            feed = {k: v for k, v in feed.items() if k in plan.input_names}  # lengths: a route
-            logits[kind] = plan.run(feed)["logits"]
+    for step in steps:
+        logits = {
+            kind: plan.run(step_feed(plan, caches[kind], step))["logits"]
+            for kind, plan in plans.items()
+        }
         assert np.isfinite(logits["fast"]).all()
         scale = float(np.abs(logits["plain"]).max())
         np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)

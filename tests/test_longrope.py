@@ -226,6 +226,29 @@ def test_each_rope_route_on_the_interpreter_equals_the_reference(
     assert generate(Session(InterpreterBackend(net)), PROMPTS, NEW).ids == reference_ids
 
 
+@pytest.mark.parametrize(("dtype", "tol"), [("float16", 40 * 2**-11), ("bfloat16", 40 * 2**-8)])
+def test_half_precision_networks_on_the_interpreter_follow_the_reference(phi3, dtype, tol):
+    """float16 / bfloat16 networks (the rope_lengths input and both tables included) against
+    the float32 reference: a ragged prefill (one prompt past the original length) and decode
+    steps that carry the shorter ones across it. Tolerance: 40 units of the dtype's relative
+    rounding times max |logit| (measured worst: float16 0.9%, bfloat16 6.1%, ~20 units each:
+    every tensor of this 2-layer model with weights of scale 0.2 rounds)."""
+    _, config, weights = phi3
+    net = build_llama_network(
+        config, weights, max_seq_len=S_MAX, max_batch=3, max_step_tokens=48, dtype=dtype
+    )
+    assert ROPE_LENGTHS in {net.network.get_input(i).name for i in range(net.network.num_inputs)}
+    ours = Session(InterpreterBackend(net))
+    reference = Session(ReferenceBackend(config, weights, capacity=3, max_seq_len=S_MAX))
+    want = reference.prefill(PROMPTS)
+    got = ours.prefill(PROMPTS)
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+    for _ in range(6):  # P28 (length 28) reaches the original length 32 at the 5th step
+        tokens = want.argmax(-1)
+        want, got = reference.decode(tokens), ours.decode(tokens)
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+
+
 def test_the_long_table_costs_an_input_only_past_the_original_length(phi3):
     _, config, weights = phi3
 

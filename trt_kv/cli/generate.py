@@ -300,7 +300,7 @@ def generate_and_print(
     else:
         for k, ids in enumerate(result.ids):
             print(f"[{k}] {ids}" + (f"  {texts[k]!r}" if texts else ""))
-        print(summary)
+        print(summary, file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

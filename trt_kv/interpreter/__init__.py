@@ -12,11 +12,13 @@ Semantics
     Layers run in dependency order (layers no output needs are skipped). Network inputs are
     validated (present, dtype, rank, static dims). A KV-cache update (native layer or trt_kv's
     plugin) writes the caller's fed cache array in place and returns that same object as the
-    output, like TensorRT's aliased output; a write past ``S_max`` raises CacheOverflowError
-    before anything is written (TensorRT would skip it silently). Layer types or settings the
-    interpreter does not execute raise UnsupportedLayerError at compile time, naming the layer
-    and its type. Where TensorRT's documentation leaves a meaning open, the chosen reading is
-    noted in the handler and listed in docs/gpu-results.md.
+    output, like TensorRT's aliased output (``wide_float16_caches``: a float16 cache is fed
+    as a float32 array of float16 values, read without widening, same results); a write
+    past ``S_max`` raises CacheOverflowError before anything is written (TensorRT would skip
+    it silently). Layer types or settings the interpreter does not execute raise
+    UnsupportedLayerError at compile time, naming the layer and its type. Where TensorRT's
+    documentation leaves a meaning open, the chosen reading is noted in the handler and
+    listed in docs/gpu-results.md.
 
 Numerics and tolerance policy
     Floats are computed in float32 (``precision="float64"``: float64) and every layer output is

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -25,9 +25,10 @@ from trt_kv.errors import (
     mismatch,
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
-from trt_kv.interpreter.half import round_float16, widen_to
+from trt_kv.interpreter.half import round_float16
 from trt_kv.interpreter.layout import fuse_one_row_products
-from trt_kv.interpreter.registry import Kernel, compile_layer, is_float, type_name
+from trt_kv.interpreter.program import SlotProgram, Step, identity, with_frees
+from trt_kv.interpreter.registry import compile_layer, is_float, type_name
 
 Precision = Literal["float32", "float64"]
 _PRECISIONS = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
@@ -38,15 +39,6 @@ class _Input:
     name: str
     shape: tuple[int, ...]  # -1 for a dynamic dimension
     dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class _Step:
-    layer: str
-    kernel: Kernel
-    inputs: tuple[tuple[str | None, bool], ...]  # (tensor name, may need a cast to compute)
-    outputs: tuple[tuple[str, Callable[[np.ndarray], np.ndarray]], ...]
-    free: tuple[str, ...] = ()  # tensors no later step reads: dropped once this step ran
 
 
 def _declared(tensor: object, layer: str, kind: str) -> np.dtype:
@@ -123,12 +115,17 @@ class Plan:
     """A network compiled for repeated NumPy execution. Build with :func:`compile_network`."""
 
     def __init__(
-        self, network: object, precision: Precision = "float32", fast: bool = True
+        self,
+        network: object,
+        precision: Precision = "float32",
+        fast: bool = True,
+        wide_float16_caches: bool = False,
     ) -> None:
         if precision not in _PRECISIONS:
             raise ArgumentError(mismatch("precision", "one of", tuple(_PRECISIONS), precision))
         self.precision = precision
         self.fast = fast
+        self.wide_float16_caches = wide_float16_caches
         compute = _PRECISIONS[precision]
         self._inputs = [
             _Input(t.name, tuple(t.shape), _declared(t, t.name, "network input"))
@@ -147,9 +144,15 @@ class Plan:
         ]
         if fast:
             fuse_one_row_products(steps)
-        self._steps = _with_frees(steps, {*self.input_names, *self.output_names})
+        self._steps = with_frees(steps, {*self.input_names, *self.output_names})
+        self._fed = {  # the dtype each input is fed in: declared, or float32 for wide caches
+            i.name: _FLOAT32
+            if wide_float16_caches and i.name in self._updated and i.dtype == _FLOAT16
+            else i.dtype
+            for i in self._inputs
+        }
         if fast:
-            self._slots = _SlotProgram(self._steps, self.input_names, self.output_names, compute)
+            self._slots = SlotProgram(self._steps, self.input_names, self.output_names, compute)
         self._program = (
             []
             if fast
@@ -165,7 +168,7 @@ class Plan:
             ]
         )
 
-    def _compile(self, layer: object, compute: np.dtype) -> _Step:
+    def _compile(self, layer: object, compute: np.dtype) -> Step:
         kind = type_name(layer)
         kernel = compile_layer(layer, compute, self.fast)
         inputs = []
@@ -186,17 +189,17 @@ class Plan:
                 self._aliased.add(t.name)
                 self._updated.add(layer.get_input(kernel.aliases[j]).name)
                 self._as_stored.add(t.name)
-                outputs.append((t.name, _identity))
+                outputs.append((t.name, identity))
             elif kernel.rounded:
                 self._as_stored.add(t.name)
-                outputs.append((t.name, _identity))
+                outputs.append((t.name, identity))
             elif self.fast and kernel.moves and float_inputs == {_declared(t, layer.name, kind)}:
                 # elements of inputs rounded to this very dtype: rounding again changes nothing
-                outputs.append((t.name, _identity))
+                outputs.append((t.name, identity))
             else:
                 declared = _declared(t, layer.name, kind)
                 outputs.append((t.name, _finisher(declared, compute, self.fast)))
-        return _Step(layer.name, kernel, tuple(inputs), tuple(outputs))
+        return Step(layer.name, kernel, tuple(inputs), tuple(outputs))
 
     @property
     def input_names(self) -> list[str]:
@@ -215,13 +218,12 @@ class Plan:
         for spec in self._inputs:
             if spec.name not in feed:
                 raise FeedError(mismatch(spec.name, "a feed array for network input", "", "none"))
-            a = feed[spec.name]
+            a, fed = feed[spec.name], self._fed[spec.name]
             if not isinstance(a, np.ndarray):
-                raise DTypeError(mismatch(spec.name, "a NumPy array", spec.dtype, type(a)))
-            if a.dtype != spec.dtype:
-                raise DTypeError(
-                    mismatch(spec.name, "dtype", dtypes.name_of(spec.dtype), a.dtype.name)
-                )
+                raise DTypeError(mismatch(spec.name, "a NumPy array", fed, type(a)))
+            if a.dtype != fed:
+                what = "dtype" if fed == spec.dtype else "dtype (float16 cache held wide)"
+                raise DTypeError(mismatch(spec.name, what, dtypes.name_of(fed), a.dtype.name))
             if a.ndim != len(spec.shape) or any(
                 d != -1 and d != s for d, s in zip(spec.shape, a.shape)
             ):
@@ -230,7 +232,9 @@ class Plan:
                 raise ArgumentError(mismatch(spec.name, "a writeable array", "", "read-only"))
 
     def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Execute the network on ``feed`` (input name -> array of the declared dtype).
+        """Execute the network on ``feed`` (input name -> array of the declared dtype; with
+        ``wide_float16_caches``, a float16 cache the network updates in place is a float32
+        array holding float16 values, see :func:`compile_network`).
 
         Returns:
             Output name -> array in the output's declared dtype. A KV-cache output is the
@@ -272,100 +276,12 @@ class Plan:
     __call__ = run
 
 
-def _identity(a: np.ndarray) -> np.ndarray:
-    return a
-
-
-def _holds(constant: np.ndarray | None, compute: np.dtype) -> bool:
-    """True for a constant already in the compute dtype (or not float): no cast to check."""
-    return constant is not None and (constant.dtype == compute or not is_float(constant.dtype))
-
-
-class _SlotProgram:
-    """The fast plan's loop: tensors live in a list indexed by slot, constants are filled in
-    once (their layers ran at compile time: a constant's value is all it computes), identity
-    finishers are not called, and cast inputs widen float16 through
-    :func:`~trt_kv.interpreter.half.widen_to`. Same steps, same kernels, same order."""
-
-    def __init__(
-        self, steps: list[_Step], inputs: list[str], outputs: list[str], compute: np.dtype
-    ) -> None:
-        slot: dict[str | None, int] = {None: 0}  # slot 0 holds None: an absent input
-        for name in inputs:
-            slot[name] = len(slot)
-        for step in steps:
-            for name, _ in step.outputs:
-                slot.setdefault(name, len(slot))
-        self.inputs = [(name, slot[name]) for name in inputs]
-        self.outputs = [(name, slot[name]) for name in outputs]
-        self.compute = compute
-        template: list[np.ndarray | None] = [None] * len(slot)
-        self.program = []
-        for step in steps:
-            k = step.kernel
-            if k.rounded and not step.inputs and len(step.outputs) == 1:
-                template[slot[step.outputs[0][0]]] = k.fn(())  # a constant: never freed
-                continue
-            self.program.append(
-                (
-                    k.fn,
-                    tuple(slot[name] for name, _ in step.inputs),
-                    tuple(
-                        j
-                        for j, (name, cast) in enumerate(step.inputs)
-                        if cast and not _holds(template[slot[name]], compute)
-                    ),
-                    tuple(
-                        (slot[name], None if finish is _identity else finish)
-                        for name, finish in step.outputs
-                    ),
-                    tuple(slot[name] for name in step.free),
-                )
-            )
-        self.template = template
-
-    def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The network outputs by name."""
-        v = self.template.copy()
-        for name, i in self.inputs:
-            v[i] = feed[name]
-        compute = self.compute
-        for fn, ins, casts, outs, free in self.program:
-            args = [v[i] for i in ins]
-            for j in casts:
-                args[j] = widen_to(args[j], compute)
-            result = fn(args)
-            if len(outs) == 1:
-                i, finish = outs[0]
-                v[i] = result if finish is None else finish(result)
-            else:
-                for (i, finish), value in zip(outs, result):
-                    v[i] = value if finish is None else finish(value)
-            del args, result
-            for i in free:  # peak memory: the live tensors only, not every one
-                v[i] = None
-        return {name: v[i] for name, i in self.outputs}
-
-
-def _with_frees(steps: list[_Step], kept: set[str]) -> list[_Step]:
-    """Each step with the tensors to drop after it: those it produces or reads for the last
-    time, except network inputs (the caller's arrays) and outputs (aliased caches included)."""
-    last: dict[str, int] = {}
-    for i, step in enumerate(steps):
-        for name, _ in step.outputs:
-            last[name] = i  # produced and never read: dropped at once
-        for name, _ in step.inputs:
-            if name is not None:
-                last[name] = i
-    free: list[list[str]] = [[] for _ in steps]
-    for name, i in last.items():
-        if name not in kept:
-            free[i].append(name)
-    return [replace(step, free=tuple(f)) for step, f in zip(steps, free)]
-
-
 def compile_network(
-    network: object, *, precision: Precision = "float32", fast: bool = True
+    network: object,
+    *,
+    precision: Precision = "float32",
+    fast: bool = True,
+    wide_float16_caches: bool = False,
 ) -> Plan:
     """Compile ``network`` (an ``INetworkDefinition``) for :meth:`Plan.run`.
 
@@ -387,16 +303,30 @@ def compile_network(
     order; the tests run both on the same networks, bit-exact where no BLAS call differs);
     every layer of the network runs either way.
 
+    ``wide_float16_caches``: each float16 cache the network updates in place (a KV-cache
+    update's input 0) is fed as a float32 array ``[B, N, S_max, H]`` holding float16 values
+    (``HostCaches(wide_float16_caches=True)``), and a float16 array is refused. The plan
+    rounds every update to float16 before writing it, so the array keeps holding float16
+    values, and reads it as it is: a float16 cache would be widened to float32 for every
+    product that reads it, per layer and step (the largest cost of a float16 decode step at
+    a long context). Results are the same bits as feeding the float16 cache; the cache costs
+    twice the memory.
+
     Raises:
         UnsupportedLayerError: a layer (type or setting) the interpreter does not execute;
             the message names the layer and its type.
-        ArgumentError: ``network`` is not a network definition.
+        ArgumentError: ``network`` is not a network definition; ``wide_float16_caches`` is
+            not a bool.
     """
     if not all(hasattr(network, a) for a in ("num_inputs", "num_layers", "num_outputs")):
         raise ArgumentError(
             mismatch("network", "an INetworkDefinition", "", type(network).__name__)
         )
-    return Plan(network, precision, fast)
+    if not isinstance(wide_float16_caches, bool):
+        raise ArgumentError(
+            mismatch("wide_float16_caches", "a bool", "", type(wide_float16_caches).__name__)
+        )
+    return Plan(network, precision, fast, wide_float16_caches)
 
 
 def execute(

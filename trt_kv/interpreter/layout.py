@@ -2,12 +2,13 @@
 of those matrices).
 
 :func:`fuse_one_row_products` rewrites the compiled steps of
-:class:`~trt_kv.interpreter.executor.Plan` (``_Step`` records: ``kernel``, ``inputs``,
-``outputs``) in place. The values every layer computes stay the same; only which memory
-the products read, and how many calls they take, change. Every other constant keeps the
-layout the network gives it: a weight stored ``nn.Linear``-style (``[N, K]``, read
-transposed) is the layout :func:`~trt_kv.interpreter.linalg.matrix_multiply` runs fastest
-for one row and for a few (a decode step's batch).
+:class:`~trt_kv.interpreter.executor.Plan` (:class:`~trt_kv.interpreter.program.Step`
+records: ``kernel``, ``inputs``, ``outputs``) in place. The values every layer computes
+stay the same; only which memory the products read, and how many calls they take, change.
+Every other constant keeps the layout the network gives it: a weight stored
+``nn.Linear``-style (``[N, K]``, read transposed) is the layout
+:func:`~trt_kv.interpreter.linalg.matrix_multiply` runs fastest for one row and for a few
+(a decode step's batch).
 """
 
 from __future__ import annotations

@@ -71,6 +71,11 @@ def _cache_update(packed: bool, fast: bool) -> Kernel:
     """Write ``update`` into the caller's cache in place (reference checks first, so an
     overflowing write raises CacheOverflowError with nothing written); output 0 is input 0.
 
+    The update is declared in the cache's dtype (see :func:`_check_dtypes`), so its values
+    are values of that dtype, whatever array dtype holds them: written as they are into a
+    float16 cache, or into one held as float32 (a plan compiled with
+    ``wide_float16_caches``), whose elements stay float16 values.
+
     Fast path (``fast``, padded form): the same checks as a few whole-array tests, and a
     decode step's one row per sequence written with one indexed assignment; anything the
     tests do not pass goes to the reference, which raises its precise error."""
@@ -82,11 +87,20 @@ def _cache_update(packed: bool, fast: bool) -> Kernel:
             raise ArgumentError(
                 mismatch("cache", "a writeable array (updated in place)", "", "read-only")
             )
+        update = update.astype(cache.dtype, copy=False)
         if fast and lengths is None and _writes_within(cache, update, write_indices):
             return _write_rows(cache, update, write_indices)
-        return ops.kv_cache_update_(cache, update.astype(cache.dtype), write_indices, lengths)
+        return ops.kv_cache_update_(cache, update, write_indices, lengths)
 
     return Kernel(run, raw_inputs=frozenset({0}), aliases={0: 0})
+
+
+def _check_dtypes(layer: object, ctx: Context) -> None:
+    """A cache update's ``update`` (input 1) must be declared in the cache's dtype (input 0),
+    as TensorRT requires; else unsupported."""
+    cache, update = layer.get_input(0).dtype, layer.get_input(1).dtype
+    if cache != update:
+        raise ctx.unsupported(f"update dtype {update} differs from the cache dtype {cache}")
 
 
 def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
@@ -111,8 +125,8 @@ _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 def _write_rows(cache: Array, update: Array, write_indices: Array) -> Array:
-    """``cache[i, :, w_i : w_i + S] = update[i]`` for checked operands; returns ``cache``."""
-    update = update.astype(cache.dtype, copy=False)
+    """``cache[i, :, w_i : w_i + S] = update[i]`` for checked operands (``update`` in the
+    cache array's dtype); returns ``cache``."""
     s = update.shape[2]
     if s == 1:
         cache[np.arange(len(write_indices)), :, write_indices] = update[:, :, 0]
@@ -131,6 +145,7 @@ def kv_cache_update(layer: object, ctx: Context) -> Kernel:
     packed = _trt.FEATURES.packed_update_form and _packed(layer.update_form)
     if packed and input_or_none(layer, 3) is None:
         raise ctx.unsupported("PACKED_NHD update form without update_lengths")
+    _check_dtypes(layer, ctx)
     return _cache_update(packed, ctx.fast)
 
 
@@ -142,6 +157,7 @@ def plugin_v3(layer: object, ctx: Context) -> Kernel:
 
     if not is_plugin_cache_update(layer):
         raise ctx.unsupported("a plugin other than trt_kv's KV-cache update")
+    _check_dtypes(layer, ctx)
     return _cache_update(layer.num_inputs > 3 and layer.get_input(3) is not None, ctx.fast)
 
 

@@ -20,24 +20,37 @@ class InterpreterBackend:
     """Executes the exact ``INetworkDefinition`` an engine is built from; the interpreter
     updates the bound cache windows in place, as the GPU does. Each step selects the
     optimization profile an engine would run it with (``profile``: its index), so a shape no
-    profile holds raises ShapeError here as on a GPU."""
+    profile holds raises ShapeError here as on a GPU.
+
+    float16 caches are held as float32 arrays of float16 values (``wide_float16_caches``,
+    the default): twice their memory, and no widening of every cache each step; the results
+    are the same bits either way (:func:`~trt_kv.interpreter.compile_network`)."""
 
     name = "interpreter"
 
-    def __init__(self, net: LlamaNetwork, *, capacity: int | None = None) -> None:
+    def __init__(
+        self, net: LlamaNetwork, *, capacity: int | None = None, wide_float16_caches: bool = True
+    ) -> None:
         """Raises ArgumentError (before the process-wide malloc setting changes): ``net`` not
         a :class:`LlamaNetwork`, ``capacity`` not None or an integer >= 1 (0 was taken as
-        "the network's max_batch")."""
+        "the network's max_batch"), ``wide_float16_caches`` not a bool."""
         if not isinstance(net, LlamaNetwork):
             raise ArgumentError(
                 mismatch("net", "a LlamaNetwork (build_llama_network)", "", type(net).__name__)
             )
         if capacity is not None:
             check_int("capacity", capacity, 1)
+        if not isinstance(wide_float16_caches, bool):
+            raise ArgumentError(
+                mismatch("wide_float16_caches", "a bool", "", type(wide_float16_caches).__name__)
+            )
         keep_freed_memory()  # the steps' large temporaries reuse heap memory, no page faults
         self.net = net
-        self.plan = compile_network(net.network)
-        self.storage = HostCaches(cache_aliases(net.network), capacity or net.max_batch)
+        wide = wide_float16_caches
+        self.plan = compile_network(net.network, wide_float16_caches=wide)
+        self.storage = HostCaches(
+            cache_aliases(net.network), capacity or net.max_batch, wide_float16_caches=wide
+        )
         self.inputs = frozenset(
             net.network.get_input(i).name for i in range(net.network.num_inputs)
         )

@@ -191,18 +191,26 @@ def cast_rows(name: str, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class HostCaches(CacheStorage):
     """Caches as NumPy arrays ``[capacity, N, S_max, H]``; steps bind views of a window.
 
+    ``wide_float16_caches``: float16 caches are float32 arrays holding float16 values, for an
+    interpreter plan compiled with the same option (it reads them without widening and
+    rounds what it writes). Every write here rounds to float16 as well, and reads return
+    float16 arrays, so only :attr:`arrays` and :meth:`nbytes` show the wider holder.
+
     Raises:
         ArgumentError: the caches do not fit host memory (naming capacity, S_max and the
             bytes asked for; NumPy's MemoryError is the cause).
     """
 
-    def __init__(self, aliases: Sequence[CacheAlias], capacity: int) -> None:
+    def __init__(
+        self, aliases: Sequence[CacheAlias], capacity: int, *, wide_float16_caches: bool = False
+    ) -> None:
         super().__init__(aliases, capacity)
         shape = (capacity, *self.slot_shape)
+        held = {a.input: self._held(a, wide_float16_caches) for a in self.aliases}
         try:
-            self.arrays = {a.input: np.zeros(shape, dtypes.to_numpy(a.dtype)) for a in self.aliases}
+            self.arrays = {name: np.zeros(shape, dtype) for name, dtype in held.items()}
         except MemoryError as err:
-            total = sum(np.dtype(dtypes.to_numpy(a.dtype)).itemsize for a in self.aliases)
+            total = sum(dtype.itemsize for dtype in held.values())
             total *= int(np.prod(shape, dtype=np.int64))
             raise ArgumentError(
                 mismatch(
@@ -212,6 +220,15 @@ class HostCaches(CacheStorage):
                     f"MemoryError ({err})",
                 )
             ) from err
+
+    @staticmethod
+    def _held(alias: CacheAlias, wide_float16_caches: bool) -> np.dtype:
+        """The dtype of the array holding a cache: its own, or float32 for a wide float16."""
+        dtype = np.dtype(dtypes.to_numpy(alias.dtype))
+        return np.dtype(np.float32) if wide_float16_caches and dtype == np.float16 else dtype
+
+    def nbytes(self) -> dict[str, int]:
+        return {name: arr.nbytes for name, arr in self.arrays.items()}
 
     def window(self, lo: int, b: int) -> dict[str, np.ndarray]:
         """In-place views ``[b, N, S_max, H]`` of slots ``lo .. lo + b - 1``."""
@@ -229,8 +246,8 @@ class HostCaches(CacheStorage):
             arr[dst] = arr[src]
 
     def read_slot(self, name: str, slot: int) -> np.ndarray:
-        return self.arrays[name][slot].copy()
+        return self.arrays[name][slot].astype(self.dtype(name))  # a copy, in the cache dtype
 
     def write_slot(self, name: str, slot: int, rows: np.ndarray) -> None:
-        arr = self.arrays[name]
-        arr[slot, :, : rows.shape[1]] = cast_rows(name, np.asarray(rows), arr.dtype)
+        rows = cast_rows(name, np.asarray(rows), self.dtype(name))  # rounded to the cache dtype
+        self.arrays[name][slot, :, : rows.shape[1]] = rows
