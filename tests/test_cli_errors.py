@@ -6,6 +6,7 @@ from cli_user import run_cli, write_tiny_model
 
 from trt_kv.cli import main
 from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.host_memory import available_host_bytes
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,14 @@ def error_of(capsys, *argv):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max-seq-len", "-3"], "argument --max-seq-len: expected an integer >= 1, got -3"),
+        (
+            ["--max-seq-len", "-3"],
+            "argument --max-seq-len: expected an integer in [1, 2147483647], got -3",
+        ),
+        (
+            ["--max-seq-len", "3000000000"],  # write indices are int32
+            "argument --max-seq-len: expected an integer in [1, 2147483647], got 3000000000",
+        ),
         (["--max-batch", "0"], "argument --max-batch: expected an integer >= 1, got 0"),
         (
             ["--max-step-tokens", "x"],
@@ -88,6 +96,19 @@ def test_out_under_a_file_is_refused_before_building(capsys, tmp_path):
     out = tmp_path / "a_file" / "engines"
     message = error_of(capsys, "build", "--no-model", "--out", out)
     assert message == f"--out: expected a folder, got {out} ({tmp_path / 'a_file'} is a file)"
+    assert not out.exists()
+
+
+@pytest.mark.skipif(available_host_bytes() is None, reason="no MemAvailable (not Linux)")
+def test_cache_whose_rope_tables_exceed_host_memory_is_refused_before_building(
+    capsys, tmp_path, tiny_model
+):
+    out = tmp_path / "engines"
+    message = error_of(
+        capsys, "build", "--model", tiny_model, "--max-seq-len", 2**31 - 1, "--out", out
+    )
+    assert message.startswith("--max-seq-len: expected an S_max whose RoPE tables fit host memory")
+    assert message.endswith("got 2147483647 (tables [S_max, H] of 256.0 GiB)"), message
     assert not out.exists()
 
 

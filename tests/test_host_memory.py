@@ -10,7 +10,7 @@ import ctypes.util
 import numpy as np
 import pytest
 
-from trt_kv.runtime.host_memory import keep_freed_memory
+from trt_kv.runtime.host_memory import available_host_bytes, keep_freed_memory
 
 
 class _MallInfo2(ctypes.Structure):
@@ -39,3 +39,14 @@ def test_an_array_of_20_mib_comes_from_the_heap_and_stays_there_once_freed():
     assert _mallinfo().hblkhd - mapped < 1 << 20  # not a mapping of its own
     del a
     assert _mallinfo().fordblks >= 20 << 20  # its memory is kept, free for the next array
+
+
+def test_available_host_bytes_reads_memavailable_in_kib(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        "MemTotal:       32768 kB\nMemFree:        1024 kB\nMemAvailable:   16384 kB\n"
+    )
+    assert available_host_bytes(meminfo) == 16 << 20
+    meminfo.write_text("MemTotal:       32768 kB\n")  # kernels before 3.14 have no such line
+    assert available_host_bytes(meminfo) is None
+    assert available_host_bytes(tmp_path / "absent") is None

@@ -19,14 +19,18 @@ import numpy as np
 import pytest
 
 from trt_kv import FEATURES, dtypes
-from trt_kv.builder import cache_aliases
+from trt_kv._trt import trt
+from trt_kv.builder import cache_aliases, create_network
 from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import ArgumentError, ShapeError
 from trt_kv.interpreter import compile_network
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
+from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.rope_layers import add_rope, table_bytes
 from trt_kv.reference.llama import empty_caches, forward
 from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.runtime.host_memory import available_host_bytes
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 # GQA 6:2, untied head; query width 6 * 8 = 48 = D.
@@ -241,7 +245,16 @@ OTHER_SHAPE = random_weights(dataclasses.replace(SMALL, hidden_size=24), seed=0)
 @pytest.mark.parametrize(
     ("kwargs", "exc", "message"),
     [
-        ({"max_seq_len": 0}, ArgumentError, "max_seq_len: expected an integer >= 1, got 0"),
+        (
+            {"max_seq_len": 0},
+            ArgumentError,
+            r"max_seq_len: expected an integer in \[1, 2147483647\], got 0",
+        ),
+        (
+            {"max_seq_len": 2**31},  # write_indices and key_value_lengths are int32
+            ArgumentError,
+            r"max_seq_len: expected an integer in \[1, 2147483647\], got 2147483648",
+        ),
         ({"max_batch": 0}, ArgumentError, "max_batch: expected an integer >= 1, got 0"),
         ({"max_step_tokens": 0}, ArgumentError, "max_step_tokens: expected an integer >= 1, got 0"),
         ({"max_batch": 2.0}, ArgumentError, "max_batch: expected an integer, got 2.0"),
@@ -284,3 +297,33 @@ def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
 def test_random_weights_refuse_bad_arguments_by_name(args, message):
     with pytest.raises(ArgumentError, match=f"^{message}$"):
         random_weights(*args)
+
+
+@pytest.mark.skipif(available_host_bytes() is None, reason="no MemAvailable (not Linux)")
+def test_max_seq_len_whose_rope_tables_exceed_host_memory_is_refused_before_building():
+    """It was ~76 s of building then TensorRT out of memory (or NumPy's MemoryError as a
+    traceback): cos and sin [S_max, H=8] float32, in the network and again in the engine, are
+    (2^31 - 1) * 8 * 4 * 4 bytes = 256 GiB."""
+    with pytest.raises(ArgumentError) as err:
+        build_llama_network(SMALL, WEIGHTS, max_seq_len=2**31 - 1)
+    assert re.fullmatch(
+        r"max_seq_len: expected an S_max whose RoPE tables fit host memory, [\d.]+ GiB "
+        r"available, got 2147483647 \(tables \[S_max, H\] of 256.0 GiB\)",
+        str(err.value),
+    ), err.value
+    assert table_bytes(SMALL, 1000) == 2 * 2 * 1000 * 8 * 4
+
+
+def test_rope_tables_numpy_cannot_allocate_are_an_argument_error_naming_max_seq_len():
+    """The check before building can pass and NumPy still fail (another process took the
+    memory): 2^40 positions (4 TiB of float32 angles) fail to allocate at once."""
+    _, network = create_network()
+    g = Graph(network, "float32")
+    positions = network.add_input("position_ids", trt.int64, (-1, -1))
+    with pytest.raises(
+        ArgumentError,
+        match=r"max_seq_len: expected an S_max whose RoPE tables "
+        r"fit host memory, got 1099511627776 \(tables",
+    ) as err:
+        add_rope(g, "elementwise", SMALL, positions, 2**40)
+    assert isinstance(err.value.__cause__, MemoryError)

@@ -23,19 +23,23 @@ BACKEND_ONLY = {
 }
 
 
-def integer(lo: int) -> Callable[[str], int]:
-    """argparse type: an integer >= ``lo`` (``--max-seq-len -3`` is refused by argparse)."""
+def integer(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """argparse type: an integer >= ``lo`` (and <= ``hi`` if given; ``--max-seq-len -3`` is
+    refused by argparse)."""
+    bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {value}")
+            raise argparse.ArgumentTypeError(
+                f"expected an integer {bounds}, got {text!r}"
+            ) from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {value}")
         return value
 
-    parse.__name__ = f"integer >= {lo}"
+    parse.__name__ = f"integer {bounds}"
     return parse
 
 

@@ -36,7 +36,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     }
     p.add_argument("--model", default="default", help=text["model"])
     p.add_argument("--dtype", default=None, choices=DTYPES, help=text["dtype"])
-    p.add_argument("--max-seq-len", type=integer(1), default=256, help=text["max_seq_len"])
+    p.add_argument(
+        "--max-seq-len", type=integer(1, 2**31 - 1), default=256, help=text["max_seq_len"]
+    )
     p.add_argument("--max-batch", type=integer(1), default=8, help=text["max_batch"])
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
@@ -74,8 +76,10 @@ def model_engine(
     """The model engine for these arguments: reused from ``args.out`` when one was built
     with the same config and every build option (except by ``trt-kv build``), else built."""
     from trt_kv.jobs import build_llama_engine, find_llama_engine
+    from trt_kv.models.llama.rope_layers import check_table_memory
 
     options = build_options(args, batch)
+    check_table_memory(config, options.max_seq_len, "--max-seq-len")
     if args.command != "build":
         found = find_llama_engine(name, config, options, args.out)
         if found is not None:

@@ -19,7 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("engine", type=Path, help="engine file (its .json sidecar beside it)")
     p.add_argument("--batch", type=integer(1), help="batch for the cache total (None: profile max)")
     p.add_argument(
-        "--max-seq-len", type=integer(1), help="S_max for the cache total (None: engine's)"
+        "--max-seq-len",
+        type=integer(1, 2**31 - 1),
+        help="S_max for the cache total (None: engine's)",
     )
     p.add_argument("--json", action="store_true", help="everything as one JSON object")
     p.add_argument(

@@ -1,5 +1,5 @@
-"""Keep freed heap memory in the process for reuse (glibc), for the CPU backends' NumPy
-temporaries.
+"""Host memory: keep freed heap memory in the process for reuse (glibc), for the CPU
+backends' NumPy temporaries; how much memory the system has available.
 
 A step of the interpreter allocates and frees many arrays of a few MB (activations of a
 prefill chunk). With glibc's defaults each one above the mmap threshold is mapped fresh from
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from pathlib import Path
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 MMAP_THRESHOLD = 32 << 20  # glibc's largest: allocations below it come from the heap
@@ -32,3 +33,18 @@ def keep_freed_memory() -> bool:
     return bool(
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def available_host_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The bytes the system can give new allocations without swapping (Linux's
+    ``MemAvailable``), or None where ``meminfo`` is absent or has no such line."""
+    try:
+        lines = meminfo.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key == "MemAvailable":
+            number, unit = [*value.split(), "B"][:2]
+            return int(number) * (1024 if unit == "kB" else 1)
+    return None

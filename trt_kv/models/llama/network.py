@@ -46,7 +46,7 @@ from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
-from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope
+from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights, check_weights
 from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
@@ -174,7 +174,8 @@ def build_llama_network(
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
-            ``max_batch`` or ``max_step_tokens`` not an integer >= 1.
+            ``max_batch`` or ``max_step_tokens`` not an integer >= 1; ``max_seq_len`` past
+            2^31 - 1 (int32 write indices) or with RoPE tables that do not fit host memory.
         ShapeError: ``max_step_tokens > max_seq_len``.
         ConfigError, ShapeError, DTypeError: ``weights`` that do not fit ``config``
             (:func:`~trt_kv.models.llama.weights.check_weights`).
@@ -182,8 +183,9 @@ def build_llama_network(
     """
     if not isinstance(config, LlamaConfig):
         raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
-    check_int("max_seq_len", max_seq_len, 1)
+    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)  # int32 write indices and lengths
     check_int("max_batch", max_batch, 1)
+    check_table_memory(config, max_seq_len)
     if max_step_tokens is None:
         max_step_tokens = default_step_tokens(max_seq_len)
     check_int("max_step_tokens", max_step_tokens, 1)

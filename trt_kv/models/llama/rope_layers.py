@@ -74,7 +74,8 @@ def add_rope(
 
     Raises:
         ArgumentError: longrope's long table is in reach and ``rope_lengths`` is None
-            (checked before any layer is added).
+            (checked before any layer is added); NumPy runs out of memory making the tables
+            (naming ``max_seq_len``; :func:`check_table_memory` checks first).
     """
     after = long_rope_after(config, max_seq_len)
     if after is not None and rope_lengths is None:
@@ -86,7 +87,7 @@ def add_rope(
                 None,
             )
         )
-    cos, sin = rope_rows(config, max_seq_len)  # [T, R/2] float32
+    cos, sin = _tables(config, max_seq_len)  # [T, R/2] float32
     rows = position_ids
     if after is not None:  # row = position + S_max where rope_lengths[b] > original
         long = g.eltwise(rope_lengths, g.const(np.full(1, after), "int32"), _GREATER)  # [B]
@@ -104,6 +105,50 @@ def add_rope(
 
     rotate = g.const(rotate, "int32")
     return Rope(route, rows, gathered(cos_full), gathered(signed_sin), rotate, 0)
+
+
+def table_bytes(config: LlamaConfig, max_seq_len: int) -> int:
+    """Host bytes the RoPE tables of an S_max of ``max_seq_len`` take at least while an engine
+    is built: cos and sin ``[T, H]`` float32 (T = S_max, 2 S_max with longrope's stacked
+    tables), held by the network and again by the serialized engine."""
+    rows = max_seq_len * (1 if long_rope_after(config, max_seq_len) is None else 2)
+    return 2 * 2 * rows * config.head_dim * 4
+
+
+def check_table_memory(config: LlamaConfig, max_seq_len: int, name: str = "max_seq_len") -> None:
+    """Refuse an S_max whose :func:`table_bytes` exceed the host's available memory (Linux's
+    MemAvailable; not checked where it is unknown), before anything is built.
+
+    Raises:
+        ArgumentError: naming ``name`` (the CLI: ``--max-seq-len``), the available and the
+            needed bytes.
+    """
+    from trt_kv.runtime.host_memory import available_host_bytes  # runtime imports models
+
+    free = available_host_bytes()
+    if free is not None and table_bytes(config, max_seq_len) > free:
+        raise _too_long(config, max_seq_len, f", {free / 2**30:.1f} GiB available", name)
+
+
+def _too_long(config: LlamaConfig, max_seq_len: int, where: str, name: str) -> ArgumentError:
+    need = table_bytes(config, max_seq_len) / 2**30
+    return ArgumentError(
+        mismatch(
+            name,
+            f"an S_max whose RoPE tables fit host memory{where}",
+            "",
+            f"{max_seq_len} (tables [S_max, H] of {need:.1f} GiB)",
+        )
+    )
+
+
+def _tables(config: LlamaConfig, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~trt_kv.models.llama.rope.rope_rows`; NumPy running out of memory making them
+    is an ArgumentError naming ``max_seq_len``."""
+    try:
+        return rope_rows(config, max_seq_len)
+    except MemoryError as err:
+        raise _too_long(config, max_seq_len, "", "max_seq_len") from err
 
 
 def apply_rope(g: Graph, rope: Rope, x: object) -> object:
