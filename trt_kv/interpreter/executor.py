@@ -22,6 +22,7 @@ from trt_kv.errors import (
     NetworkError,
     ShapeError,
     UnsupportedLayerError,
+    check_bool,
     mismatch,
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
@@ -322,11 +323,7 @@ def compile_network(
         raise ArgumentError(
             mismatch("network", "an INetworkDefinition", "", type(network).__name__)
         )
-    if not isinstance(wide_float16_caches, bool):
-        raise ArgumentError(
-            mismatch("wide_float16_caches", "a bool", "", type(wide_float16_caches).__name__)
-        )
-    return Plan(network, precision, fast, wide_float16_caches)
+    return Plan(network, precision, fast, check_bool("wide_float16_caches", wide_float16_caches))
 
 
 def execute(
