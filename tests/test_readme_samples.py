@@ -34,10 +34,10 @@ def test_the_user_backend_sample_generates_what_the_interpreter_backend_does():
     """The sample's backend, on a tiny float32 network (batch 2, ragged prompts): the same
     ids as trt_kv's InterpreterBackend on the same network."""
     sample = next(s for s in _samples() if "class MyBackend" in s)
+    weights = random_weights(TINY_GQA, seed=3)
     net = build_llama_network(
-        TINY_GQA, random_weights(TINY_GQA, seed=3), max_seq_len=24, max_batch=2,
-        max_step_tokens=4, dtype="float32",
-    )  # fmt: skip
+        TINY_GQA, weights, max_seq_len=24, max_batch=2, max_step_tokens=4, dtype="float32"
+    )
     scope: dict = {"net": net, "Session": Session}
     exec(compile(sample, str(README), "exec"), scope)
     prompts = [[3, 5, 7, 9, 11], [2, 4]]  # 5 tokens: a prefill in two steps of 4

@@ -96,6 +96,17 @@ def check_int(name: str, value: object, lo: int | None = None, hi: int | None = 
     return int(value)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """``value`` when it is a ``bool`` (not 0/1, not a string).
+
+    Raises:
+        ArgumentError: not a bool (the message names its type).
+    """
+    if not isinstance(value, bool):
+        raise ArgumentError(mismatch(name, "a bool", "", type(value).__name__))
+    return value
+
+
 def check_real(name: str, value: object, lo: float) -> float:
     """``value`` as a finite ``float`` >= ``lo`` (NaN and infinities refused).
 

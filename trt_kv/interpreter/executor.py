@@ -22,6 +22,7 @@ from trt_kv.errors import (
     NetworkError,
     ShapeError,
     UnsupportedLayerError,
+    check_bool,
     mismatch,
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
@@ -305,9 +306,10 @@ def compile_network(
 
     ``wide_float16_caches``: each float16 cache the network updates in place (a KV-cache
     update's input 0) is fed as a float32 array ``[B, N, S_max, H]`` holding float16 values
-    (``HostCaches(wide_float16_caches=True)``), and a float16 array is refused. The plan
-    rounds every update to float16 before writing it, so the array keeps holding float16
-    values, and reads it as it is: a float16 cache would be widened to float32 for every
+    (``HostCaches(wide_float16_caches=True)``), and a float16 array is refused. An update
+    is declared in its cache's dtype, so its values are float16 values (rounded where they
+    are produced, like every float16 tensor) and the array keeps holding float16 values;
+    the plan reads it as it is: a float16 cache would be widened to float32 for every
     product that reads it, per layer and step (the largest cost of a float16 decode step at
     a long context). Results are the same bits as feeding the float16 cache; the cache costs
     twice the memory.
@@ -322,11 +324,7 @@ def compile_network(
         raise ArgumentError(
             mismatch("network", "an INetworkDefinition", "", type(network).__name__)
         )
-    if not isinstance(wide_float16_caches, bool):
-        raise ArgumentError(
-            mismatch("wide_float16_caches", "a bool", "", type(wide_float16_caches).__name__)
-        )
-    return Plan(network, precision, fast, wide_float16_caches)
+    return Plan(network, precision, fast, check_bool("wide_float16_caches", wide_float16_caches))
 
 
 def execute(

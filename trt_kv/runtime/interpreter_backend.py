@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv.builder.kv_cache import cache_aliases
-from trt_kv.errors import ArgumentError, check_int, mismatch
+from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
 from trt_kv.models.llama.network import LOGITS, LlamaNetwork
 from trt_kv.models.llama.rope import long_rope_after
@@ -40,13 +40,9 @@ class InterpreterBackend:
             )
         if capacity is not None:
             check_int("capacity", capacity, 1)
-        if not isinstance(wide_float16_caches, bool):
-            raise ArgumentError(
-                mismatch("wide_float16_caches", "a bool", "", type(wide_float16_caches).__name__)
-            )
+        wide = check_bool("wide_float16_caches", wide_float16_caches)
         keep_freed_memory()  # the steps' large temporaries reuse heap memory, no page faults
         self.net = net
-        wide = wide_float16_caches
         self.plan = compile_network(net.network, wide_float16_caches=wide)
         self.storage = HostCaches(
             cache_aliases(net.network), capacity or net.max_batch, wide_float16_caches=wide

@@ -192,8 +192,9 @@ class HostCaches(CacheStorage):
     """Caches as NumPy arrays ``[capacity, N, S_max, H]``; steps bind views of a window.
 
     ``wide_float16_caches``: float16 caches are float32 arrays holding float16 values, for an
-    interpreter plan compiled with the same option (it reads them without widening and
-    rounds what it writes). Every write here rounds to float16 as well, and reads return
+    interpreter plan compiled with the same option (it reads them without widening; what
+    it writes are float16 values already, as each update is declared float16). Every write
+    here rounds to float16, and reads return
     float16 arrays, so only :attr:`arrays` and :meth:`nbytes` show the wider holder.
 
     Raises:
