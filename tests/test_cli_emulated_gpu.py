@@ -7,6 +7,7 @@ from test_cli import run_json
 from test_cli import tiny_model as tiny_model  # the fixture
 
 from trt_kv.cli import main
+from trt_kv.runtime.cuda import gpu_unavailable_reason
 
 GPU_RUNS = {
     "tensorrt": ["--backend", "tensorrt"],
@@ -52,6 +53,21 @@ def test_demo_on_the_emulated_gpu_says_so(tiny_model, tmp_path, capsys):
     out = capsys.readouterr()
     assert "backend=tensorrt (emulated GPU)" in out.out
     assert "tensorrt (emulated GPU): prefill" in out.err  # the speed line
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_generate_picks_tensorrt_on_a_usable_gpu_and_the_interpreter_without(
+    tiny_model, tmp_path, capsys
+):
+    """``--backend auto`` (the default) runs the engine where a GPU is usable, as a TensorRT
+    user expects of ``generate``; this machine has none unless emulated."""
+    ask = ["--model", str(tiny_model), "--prompt-ids", "5,17,42", "--max-new-tokens", "3"]
+    ask += [*SHAPES, "--dtype", "float32", "--out", str(tmp_path)]
+    gpu = run_json(capsys, *ask, "--emulate-gpu")
+    host = run_json(capsys, *ask)
+    assert (gpu["backend"], gpu["emulated_gpu"]) == ("tensorrt", True)
+    assert (host["backend"], host["emulated_gpu"]) == ("interpreter", False)
+    assert gpu["ids"] == host["ids"]
 
 
 def test_emulate_gpu_with_a_cpu_backend_is_refused(capsys):

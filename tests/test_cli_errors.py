@@ -209,7 +209,7 @@ def test_a_user_sees_one_line_and_no_traceback(tmp_path):
 def test_demo_without_a_gpu_refuses_gpu_only_options_before_building(capsys, tmp_path):
     message = error_of(capsys, "demo", "--cuda-graph", "--out", tmp_path)
     assert message == (
-        "--cuda-graph: expected --backend tensorrt, got interpreter (the demo's pick: no GPU)"
+        "--cuda-graph: expected --backend tensorrt, got interpreter (auto's pick: no GPU)"
     )
     assert not any(tmp_path.iterdir())
 

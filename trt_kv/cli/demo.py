@@ -33,8 +33,8 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
-    args.backend = "tensorrt" if reason is None else "interpreter"
-    check_backend_options(args, args.backend, " (the demo's pick: no GPU)" if reason else "")
+    args.backend, note = generate.pick_backend("auto")
+    check_backend_options(args, args.backend, note)
     check_model(args)
     generate.check_prompt_options(args)  # refuse bad prompts before building anything
     if args.prompt is None and args.prompt_ids is not None:

@@ -71,7 +71,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_generation_arguments(p)
-    p.add_argument("--backend", choices=BACKENDS, default="reference", help="where to run")
+    p.add_argument(
+        "--backend",
+        choices=("auto", *BACKENDS),
+        default="auto",
+        help="where to run (default: auto: tensorrt where a GPU is usable, else interpreter)",
+    )
 
 
 def _ids_text(args: argparse.Namespace) -> str:
@@ -123,6 +128,19 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
             )
     check_vocabulary(prompts, model.config.vocab_size, "--prompt")
     return prompts, tokenizer
+
+
+def pick_backend(asked: str) -> tuple[str, str]:
+    """``(backend, note)``: ``asked`` as given, or for ``"auto"`` ``tensorrt`` where a GPU is
+    usable (a real one, or the emulated one with ``--emulate-gpu``), else ``interpreter``
+    with the note `` (auto's pick: no GPU)`` for error messages."""
+    from trt_kv.runtime.cuda import gpu_unavailable_reason
+
+    if asked != "auto":
+        return asked, ""
+    if gpu_unavailable_reason() is None:
+        return "tensorrt", ""
+    return "interpreter", " (auto's pick: no GPU)"
 
 
 def make_backend(
@@ -311,7 +329,8 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.runtime.cuda import require_gpu
 
-    check_backend_options(args, args.backend)
+    args.backend, note = pick_backend(args.backend)
+    check_backend_options(args, args.backend, note)
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
