@@ -66,6 +66,16 @@ def test_generate_json_lists_generated_ids_per_prompt(tiny_model, capsys):
     assert (out["decode"]["tokens"], out["decode"]["steps"]) == (8, 4)
 
 
+def test_top_p_zero_samples_the_greedy_ids(tiny_model, capsys):
+    """top_p 0 keeps only the most likely token (Hugging Face's rule), whatever the seed."""
+    args = ["--model", str(tiny_model), "--prompt-ids", "1,2,3;4,5", "--max-new-tokens", "6"]
+    args += ["--backend", "reference"]
+    greedy = run_json(capsys, *args)["ids"]
+    sampled = run_json(capsys, *args, "--temperature", "1.3", "--top-p", "0", "--seed", "9")
+    free = run_json(capsys, *args, "--temperature", "1.3", "--seed", "9")
+    assert sampled["ids"] == greedy != free["ids"]
+
+
 def test_interpreter_and_reference_generate_the_same_ids(tiny_model, capsys):
     args = [
         "--model",

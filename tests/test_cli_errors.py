@@ -53,6 +53,15 @@ def error_of(capsys, *argv):
             "argument --temperature: expected a finite number >= 0.0, got -1",
         ),
         (["--top-k", "0"], "argument --top-k: expected an integer >= 1, got 0"),
+        (["--top-p", "1.5"], "argument --top-p: expected a finite number in [0.0, 1.0], got 1.5"),
+        (
+            ["--top-k", "5"],
+            "--top-k: expected --temperature > 0 (greedy decoding ignores it), got 0",
+        ),
+        (
+            ["--top-p", "0.9"],
+            "--top-p: expected --temperature > 0 (greedy decoding ignores it), got 0",
+        ),
         (["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
         (["--backend", "cuda"], "argument --backend: invalid choice: 'cuda'"),
     ],

@@ -107,16 +107,18 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
-def check_real(name: str, value: object, lo: float) -> float:
-    """``value`` as a finite ``float`` >= ``lo`` (NaN and infinities refused).
+def check_real(name: str, value: object, lo: float, hi: float | None = None) -> float:
+    """``value`` as a finite ``float`` >= ``lo`` (and <= ``hi`` if given; NaN and infinities
+    refused).
 
     Raises:
-        ArgumentError: not a real number, not finite, or below ``lo``.
+        ArgumentError: not a real number, not finite, or outside the bounds.
     """
     import numbers
 
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(mismatch(name, "a real number", "", repr(value)))
-    if not math.isfinite(value) or value < lo:
-        raise ArgumentError(mismatch(name, f"a finite number >= {lo}", "", value))
+    if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ArgumentError(mismatch(name, f"a finite number {bounds}", "", value))
     return float(value)

@@ -43,19 +43,21 @@ def integer(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def real(lo: float) -> Callable[[str], float]:
-    """argparse type: a finite number >= ``lo`` (``nan``, ``inf`` and ``-1`` refused)."""
+def real(lo: float, hi: float | None = None) -> Callable[[str], float]:
+    """argparse type: a finite number >= ``lo`` (and <= ``hi`` if given; ``nan``, ``inf``
+    and ``-1`` refused)."""
+    bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number >= {lo}, got {text!r}") from None
-        if not math.isfinite(value) or value < lo:
-            raise argparse.ArgumentTypeError(f"expected a finite number >= {lo}, got {text}")
+            raise argparse.ArgumentTypeError(f"expected a number {bounds}, got {text!r}") from None
+        if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"expected a finite number {bounds}, got {text}")
         return value
 
-    parse.__name__ = f"number >= {lo}"
+    parse.__name__ = f"number {bounds}"
     return parse
 
 

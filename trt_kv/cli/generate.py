@@ -53,6 +53,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=integer(1), default=None, help=MAX_NEW_TOKENS_HELP)
     p.add_argument("--temperature", type=real(0.0), default=0.0, help="0: greedy")
     p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
+    p.add_argument(
+        "--top-p",
+        type=real(0.0, 1.0),
+        default=1.0,
+        help="sample from the most likely tokens whose probabilities sum to p (1: all)",
+    )
     p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
@@ -84,8 +90,14 @@ def _ids_text(args: argparse.Namespace) -> str:
 
 
 def check_prompt_options(args: argparse.Namespace) -> None:
-    """Refuse prompt options that contradict each other or do not parse, before any model
+    """Refuse prompt and sampling options that contradict each other or do not parse
+    (``--top-k`` / ``--top-p`` with greedy decoding, which ignores them), before any model
     is loaded. Raises ArgumentError."""
+    for flag, given in (("--top-k", args.top_k is not None), ("--top-p", args.top_p != 1.0)):
+        if given and args.temperature == 0:
+            raise ArgumentError(
+                mismatch(flag, "--temperature > 0 (greedy decoding ignores it)", "", "0")
+            )
     if args.prompt is not None and args.prompt_ids is not None:
         raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
     if args.chat and args.prompt is None:
@@ -296,7 +308,7 @@ def generate_and_print(
         Session(backend),
         prompts,
         new_tokens(args, prompts),
-        Sampler(args.temperature, args.top_k, args.seed),
+        Sampler(args.temperature, args.top_k, args.seed, args.top_p),
         eos_ids=() if args.ignore_eos else eos_ids,
         on_token=stream,
     )

@@ -1,4 +1,4 @@
-"""Next-token choice: greedy, or temperature / top-k sampling with a seed."""
+"""Next-token choice: greedy, or temperature / top-k / top-p sampling with a seed."""
 
 from __future__ import annotations
 
@@ -11,16 +11,21 @@ from trt_kv.errors import check_int, check_real
 
 @dataclass
 class Sampler:
-    """``temperature == 0`` is greedy (argmax); else softmax(logits / T) over the top k.
+    """``temperature == 0`` is greedy (argmax); else softmax(logits / T) over the tokens
+    top-k and top-p keep, in Hugging Face's order (temperature, top-k, top-p): top-p keeps
+    the most likely tokens whose probabilities sum to ``top_p`` (``TopPLogitsWarper``: a
+    token is dropped when the tokens less likely than it, itself included, sum to at most
+    ``1 - top_p``; the most likely token always stays).
 
     Raises:
         ArgumentError: ``temperature`` negative, NaN or infinite; ``top_k`` not None and not
-            an integer >= 1; ``seed`` not an integer >= 0.
+            an integer >= 1; ``seed`` not an integer >= 0; ``top_p`` not in ``[0, 1]``.
     """
 
     temperature: float = 0.0
     top_k: int | None = None
     seed: int = 0
+    top_p: float = 1.0
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -28,16 +33,35 @@ class Sampler:
         if self.top_k is not None:
             self.top_k = check_int("top_k", self.top_k, 1)
         self.seed = check_int("seed", self.seed, 0)
+        self.top_p = check_real("top_p", self.top_p, 0.0, 1.0)
         self.rng = np.random.default_rng(self.seed)
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
         """``logits [B, V]`` -> token ids ``[B]`` int64."""
         if self.temperature == 0:
             return np.argmax(logits, axis=-1)
+        p = softmax(self.filtered(logits))
+        return np.array([self.rng.choice(p.shape[-1], p=row) for row in p])
+
+    def filtered(self, logits: np.ndarray) -> np.ndarray:
+        """``logits [B, V]`` / temperature as float64, -inf where top-k or top-p drop a token
+        (``temperature > 0``)."""
         z = logits.astype(np.float64) / self.temperature
         if self.top_k is not None and self.top_k < z.shape[-1]:
             kth = np.partition(z, -self.top_k, axis=-1)[:, -self.top_k][:, None]
             z = np.where(z < kth, -np.inf, z)
-        p = np.exp(z - z.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        return np.array([self.rng.choice(p.shape[-1], p=row) for row in p])
+        if self.top_p < 1.0:
+            order = np.argsort(z, axis=-1, kind="stable")  # [B, V] least likely first
+            below = np.cumsum(softmax(np.take_along_axis(z, order, -1)), axis=-1)
+            drop = below <= 1.0 - self.top_p
+            drop[:, -1] = False  # the most likely token stays
+            dropped = np.empty_like(drop)
+            np.put_along_axis(dropped, order, drop, -1)  # back in token order
+            z = np.where(dropped, -np.inf, z)
+        return z
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis (``-inf`` entries get probability 0)."""
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    return p / p.sum(axis=-1, keepdims=True)
