@@ -2,6 +2,8 @@
 synchronizing call), never at submit. Each test would pass on a device that runs work at
 submit only where it says so; expected bytes are written out."""
 
+import ctypes
+import mmap
 import os
 
 import numpy as np
@@ -59,10 +61,13 @@ def test_an_async_upload_reads_the_host_buffer_when_the_stream_reaches_it():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux /proc/self/mem")
 def test_a_host_buffer_released_before_the_synchronize_is_an_error_there():
-    stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(8 << 20))
-    host = np.ones(8 << 20, np.uint8)  # large: NumPy returns its pages to the system on del
-    upload(ptr, host, stream)
-    del host
+    stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(4096))
+    host = mmap.mmap(-1, 4096)  # a page of its own: closing it unmaps it
+    view = ctypes.c_char.from_buffer(host)
+    address = ctypes.addressof(view)
+    del view
+    ok(rt().cudaMemcpyAsync(ptr, address, 4096, kind("HostToDevice"), stream))
+    host.close()  # released before the stream reached the copy
     with pytest.raises(EmulatorError, match=r"cudaMemcpyAsync .* released before"):
         rt().cudaStreamSynchronize(stream)
 
