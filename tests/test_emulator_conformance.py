@@ -28,7 +28,8 @@ def provided(stand_in):
         if isinstance(obj, types.ModuleType) or name == "annotations":
             continue
         origin = getattr(obj, "__module__", "") or ""
-        if origin == stand_in.__name__ or origin.startswith("cuda."):
+        own = (stand_in.__name__, *getattr(stand_in, "EMULATOR_PARTS", ()))
+        if origin in own or origin.startswith("cuda."):
             names.append(name)
     return names
 
