@@ -13,32 +13,18 @@ import json
 import pytest
 from cli_user import write_tiny_model
 from conftest import REAL_GPU_REASON
-from test_gpu_runtime import CFG, PROMPTS, WEIGHTS, reference_ids
+from test_gpu_runtime import PROMPTS, reference_ids
+from test_gpu_runtime import engine_path as engine_path  # the fixture
 
 from trt_kv import FEATURES
 from trt_kv.cli import main
 from trt_kv.errors import ArgumentError
-from trt_kv.jobs import build_llama_engine
 from trt_kv.runtime import Session, generate
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not FEATURES.is_rtx, reason="the runtime cache is TensorRT-RTX's"),
 ]
-
-
-@pytest.fixture(scope="module")
-def engine_path(tmp_path_factory):
-    return build_llama_engine(
-        "cache-tiny",
-        CFG,
-        WEIGHTS,
-        dtype="float32",
-        max_seq_len=32,
-        max_batch=2,
-        max_step_tokens=8,
-        out_dir=tmp_path_factory.mktemp("engines"),
-    ).path
 
 
 def _run(engine_path, cache):
