@@ -28,7 +28,8 @@ def provided(stand_in):
         if isinstance(obj, types.ModuleType) or name == "annotations":
             continue
         origin = getattr(obj, "__module__", "") or ""
-        if origin == stand_in.__name__ or origin.startswith("cuda."):
+        own = (stand_in.__name__, *getattr(stand_in, "EMULATOR_PARTS", ()))
+        if origin in own or origin.startswith("cuda."):
             names.append(name)
     return names
 
@@ -108,6 +109,7 @@ def stand_in_pairs():
         "ICudaEngine": tensorrt_runtime.ICudaEngine,
         "IExecutionContext": tensorrt_context.IExecutionContext,
         "IRuntimeConfig": tensorrt_runtime.IRuntimeConfig,
+        "IRuntimeCache": tensorrt_runtime.IRuntimeCache,
         "EngineInspector": tensorrt_inspector.EngineInspector,
     }
     assert set(ours) == set(tensorrt_runtime.STAND_INS)
@@ -148,6 +150,7 @@ def test_tensorrt_stand_in_instances_have_only_real_attributes():
         engine = runtime.deserialize_cuda_engine(data)
         instances = [runtime, engine, engine.create_execution_context()]
         instances.append(engine.create_runtime_config())
+        instances.append(instances[-1].create_runtime_cache())
         instances.append(engine.create_engine_inspector())
     for obj, (_, real) in zip(instances, stand_in_pairs()):
         public = [n for n in vars(obj) if not n.startswith("_")]

@@ -69,3 +69,35 @@ def test_polygraphy_device_array_runs_on_the_emulated_device():
 
 def test_cuda_and_polygraphy_are_always_provided():
     assert {"cuda", "polygraphy"} <= provides()
+
+
+def queue_a_download(host):
+    """A memset and an async download of it into ``host``, queued and not synchronized."""
+    from cuda.bindings import runtime as rt
+
+    _, stream = rt.cudaStreamCreate()
+    _, ptr = rt.cudaMalloc(host.nbytes)
+    rt.cudaMemsetAsync(ptr, 3, host.nbytes, stream)
+    kind = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+    rt.cudaMemcpyAsync(host.ctypes.data, ptr, host.nbytes, kind, stream)
+
+
+def test_leaving_the_block_completes_queued_work_or_drops_it_after_a_failure():
+    import numpy as np
+
+    done, dropped = np.zeros(2, np.uint8), np.zeros(2, np.uint8)
+    with emulated_gpu():
+        queue_a_download(done)
+        with emulated_gpu():
+            pass  # an inner block's exit is not the device's
+        assert done.tolist() == [0, 0]  # never synchronized: still queued
+    assert done.tolist() == [3, 3]
+    with pytest.raises(KeyError), emulated_gpu():
+        queue_a_download(dropped)
+        raise KeyError("the block failed")
+    assert dropped.tolist() == [0, 0]
+    with emulated_gpu():
+        from cuda.bindings import runtime as rt
+
+        assert rt.cudaDeviceSynchronize()[0] == rt.cudaError_t.cudaSuccess
+    assert dropped.tolist() == [0, 0]  # dropped, not left for a later block

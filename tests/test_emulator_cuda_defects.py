@@ -124,3 +124,24 @@ def test_polygraphy_is_pointed_at_tensorrt_rtx_even_when_the_variable_says_full(
     if not FEATURES.is_rtx:
         pytest.skip("needs tensorrt_rtx as the imported module")
     assert polygraphy_switch(sys.path, "0") == ["tensorrt_rtx", "True"]
+
+
+@pytest.mark.gpu(tensorrt=False)
+def test_a_slot_read_returns_the_bytes_written_before_it():
+    # Found by the deferring emulator: DeviceBuffer.download on the legacy stream (what
+    # DeviceCaches.read_slot, and so snapshot/reorder/fork reads, use) returned after
+    # cudaMemcpyAsync without synchronizing: the host array could be read before the copy
+    # landed (np.empty's bytes). write_slot uploaded asynchronously from a temporary it made
+    # (the float16 conversion), which could be freed before the copy read it.
+    import numpy as np
+
+    from trt_kv.runtime.device import DeviceCaches
+
+    caches = DeviceCaches(ODD, capacity=2)
+    rows = np.arange(80, dtype=np.float32).reshape(1, 10, 8)  # converted to float16 inside
+    caches.write_slot("past_key_0", 1, rows)
+    got = caches.read_slot("past_key_0", 1)
+    assert got.dtype == np.float16
+    assert got[0, 0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert got[0, 9].tolist() == [72, 73, 74, 75, 76, 77, 78, 79]
+    assert caches.read_slot("past_key_0", 0).tolist() == np.zeros((1, 10, 8)).tolist()

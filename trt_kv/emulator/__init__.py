@@ -5,7 +5,9 @@ API up: ``cuda.bindings.runtime`` / ``driver`` (:mod:`.cuda_runtime`, :mod:`.cud
 ``polygraphy.cuda.wrapper()`` (:mod:`.polygraphy_cuda`), and whatever extra installers are
 registered (the TensorRT runtime). Device memory lives in host memory behind integer pointers
 (:mod:`.memory`); the device outlives the block (:func:`trt_kv.emulator.device.device`), like a
-real GPU. Results on it are "emulated", never "verified on GPU".
+real GPU. Stream work is deferred until a synchronizing call needs it (:mod:`.streams`), so code
+that reads a result before CUDA guarantees it fails here as it would (racily) on a GPU. Results
+on it are "emulated", never "verified on GPU".
 
 Nothing in trt_kv's product path imports this package; tests and ``--emulate-gpu`` do.
 """
@@ -22,11 +24,13 @@ from trt_kv.emulator import cuda_driver, cuda_runtime, polygraphy_cuda
 from trt_kv.emulator.cuda_runtime import submit
 from trt_kv.emulator.device import CudaCallFailed, device
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError
+from trt_kv.emulator.streams import StreamWorkError
 
 __all__ = [
     "CudaCallFailed",
     "DeviceMemory",
     "EmulatorError",
+    "StreamWorkError",
     "device",
     "emulated_gpu",
     "is_active",
@@ -118,7 +122,10 @@ def is_active() -> bool:
 @contextmanager
 def emulated_gpu() -> Iterator[None]:
     """Run the block on the emulated GPU; nested blocks share one activation. Everything
-    installed is restored on exit of the outermost block, even when it raises."""
+    installed is restored on exit of the outermost block, even when it raises. Leaving the
+    outermost block completes the stream work still queued (its errors raise
+    :class:`~trt_kv.emulator.streams.StreamWorkError` there), or drops it when the block
+    raised (it may write host buffers the failure released)."""
     with _LOCK:
         if _ACTIVE["depth"] == 0:
             undo: list[Callable[[], None]] = []
@@ -131,12 +138,30 @@ def emulated_gpu() -> Iterator[None]:
                 raise
             _ACTIVE["undo"] = undo
         _ACTIVE["depth"] += 1
+    failed = True
     try:
         yield
+        failed = False
     finally:
         with _LOCK:
             _ACTIVE["depth"] -= 1
             if _ACTIVE["depth"] == 0:
-                for step in reversed(_ACTIVE["undo"]):
-                    step()
-                _ACTIVE["undo"] = []
+                try:
+                    _finish_queued_work(failed)
+                finally:
+                    for step in reversed(_ACTIVE["undo"]):
+                        step()
+                    _ACTIVE["undo"] = []
+
+
+def _finish_queued_work(failed: bool) -> None:
+    """Complete the queued stream work (raising what it raises), or drop it after a failure."""
+    queue = device().queue
+    if failed:
+        queue.discard()
+        return
+    try:
+        queue.complete_all("leaving emulated_gpu()")
+    except BaseException:
+        queue.discard()
+        raise

@@ -1,12 +1,15 @@
 """Stand-in for ``cuda.bindings.driver``: what ``trt_kv.plugin.launch`` (and its tests) call.
 
 Same names, signatures and ``(CUresult, *values)`` returns as cuda-python, on the memory and
-streams of :func:`trt_kv.emulator.device.device`. A kernel launch runs the HOST build of the
-very source NVRTC compiled (``plugins/kv_cache_update.cu`` with ``-DTRT_KV_HOST_EMULATION``:
-the same element functions in a one-thread loop): ``cuModuleLoadData`` takes the NVRTC image,
-and each entry point the image names is bound to the host function of the same kernel. Before a
-launch runs, every pointer argument must hold its whole tensor inside one live allocation (the
-extents follow the kernel contract in the source's header).
+streams of :func:`trt_kv.emulator.device.device`; stream work (copies, launches) is deferred
+until a synchronizing call (``cuStreamSynchronize``, ``cuCtxSynchronize``, a synchronous copy
+to or from the host) needs it, as in :mod:`.cuda_runtime`. A kernel launch runs the HOST build
+of the very source NVRTC compiled (``plugins/kv_cache_update.cu`` with
+``-DTRT_KV_HOST_EMULATION``: the same element functions in a one-thread loop):
+``cuModuleLoadData`` takes the NVRTC image, and each entry point the image names is bound to
+the host function of the same kernel. Before a launch runs, every pointer argument must hold
+its whole tensor inside one live allocation (the extents follow the kernel contract in the
+source's header).
 """
 
 from __future__ import annotations
@@ -153,6 +156,11 @@ def cuCtxSynchronize() -> None:
         )
 
 
+@_returns(0)
+def cuStreamSynchronize(hStream: object) -> None:
+    device().synchronize(int(hStream), "cuStreamSynchronize")
+
+
 @_returns(1)
 def cuGetErrorString(error: CUresult) -> bytes:
     return CUresult(error).name.encode()  # NVIDIA's sentences live in libcuda; the name here
@@ -181,8 +189,12 @@ def cuMemFree(dptr: object) -> None:
 
 
 def _memcpy(dst: object, src: object, count: int, kind: str, stream: object = 0) -> None:
+    """A copy on ``stream`` (queued); the synchronous host copies (legacy stream, not ``DD``)
+    return once done, as ``cudaMemcpy`` (see :mod:`.cuda_runtime`)."""
     work = device().copy_work(int(dst), int(src), int(count), kind)
-    device().submit(int(stream), work, f"cuMemcpy{kind}")
+    queued = device().submit(int(stream), work, f"cuMemcpy{kind}")
+    if int(stream) == 0 and kind != "DD":
+        device().queue.complete(queued, f"cuMemcpy{kind}")
 
 
 @_returns(0)

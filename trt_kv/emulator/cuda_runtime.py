@@ -5,20 +5,37 @@ calls trt_kv, its tests and Polygraphy make; the enums and handle types ARE cuda
 Misuse that CUDA reports with an error code returns that code; memory-safety violations that
 CUDA leaves undefined or reports late (a copy leaving its allocation, a freed or foreign
 pointer, a double free) raise :class:`~trt_kv.emulator.memory.EmulatorError` at once.
+
+Stream work is deferred (:mod:`.streams`): async copies, memsets, engine enqueues, graph
+launches and event records run when a synchronizing call needs them, and no earlier.
+Synchronizing: ``cudaStreamSynchronize``, ``cudaEventSynchronize``, ``cudaDeviceSynchronize``,
+``cudaFree`` (it synchronizes the device), a second ``cudaStreamQuery``/``cudaEventQuery`` of
+pending work (the first answers ``cudaErrorNotReady``), and ``cudaMemcpy`` to or from host
+memory (legacy stream: it waits for all work before it and returns once done). ``cudaMemset``
+and device-to-device ``cudaMemcpy`` return before they run ("no host-side synchronization is
+performed"; API synchronization behavior). Deferred work that fails raises
+:class:`~trt_kv.emulator.streams.StreamWorkError` from the synchronizing call that ran it.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from cuda.bindings import runtime as _rt
 
+from trt_kv.emulator.cuda_events import (  # noqa: F401 (re-exported API)
+    cudaEventCreate,
+    cudaEventDestroy,
+    cudaEventElapsedTime,
+    cudaEventQuery,
+    cudaEventRecord,
+    cudaEventSynchronize,
+    cudaStreamWaitEvent,
+)
 from trt_kv.emulator.device import (
     Capture,
     CudaCallFailed,
-    Event,
     Stream,
     returning,
 )
@@ -37,7 +54,8 @@ cudaEvent_t = _rt.cudaEvent_t
 cudaDeviceProp = _rt.cudaDeviceProp
 
 # Public names that are not cuda-python API (the conformance test checks all the others).
-EMULATOR_EXTRAS = ("submit", "DEVICE_NAME", "COMPUTE_CAPABILITY")
+EMULATOR_EXTRAS = ("submit", "DEVICE_NAME", "COMPUTE_CAPABILITY", "EMULATOR_PARTS")
+EMULATOR_PARTS = ("trt_kv.emulator.cuda_events",)  # modules whose API this one re-exports
 DEVICE_NAME = b"trt_kv emulated GPU (CPU)"
 COMPUTE_CAPABILITY = (8, 9)
 _KINDS = {
@@ -50,8 +68,9 @@ _OK = cudaError_t.cudaSuccess
 
 
 def submit(stream: object, work: Callable[[], None], what: str) -> None:
-    """Run ``work`` on ``stream`` now, or record it into the stream's capture (replayed by
-    ``cudaGraphLaunch``). The emulated TensorRT's ``execute_async_v3`` enqueues through this.
+    """Queue ``work`` on ``stream`` (it runs when a synchronizing call needs it), or record it
+    into the stream's capture (replayed by ``cudaGraphLaunch``). The emulated TensorRT's
+    ``execute_async_v3`` enqueues through this.
 
     Raises:
         CudaCallFailed: ``.code`` is the cudaError_t CUDA returns (unknown stream, legacy stream
@@ -105,14 +124,19 @@ def cudaMemGetInfo() -> tuple[int, int]:
 
 @_returns(0)
 def cudaDeviceSynchronize() -> None:
+    _synchronize_device("cudaDeviceSynchronize")
+
+
+def _synchronize_device(what: str) -> None:
     # "It is also invalid to query the execution status of or synchronize a broader handle
     # which encompasses an active stream capture, such as a device or context handle"
     active = _state().captures()
     if active:
-        _state().invalidate(active, "cudaDeviceSynchronize")
+        _state().invalidate(active, what)
         raise CudaCallFailed(
-            cudaError_t.cudaErrorStreamCaptureUnsupported, "device synchronize during capture"
+            cudaError_t.cudaErrorStreamCaptureUnsupported, f"{what}: device synchronize in capture"
         )
+    _state().queue.complete_all(what)
 
 
 def cudaGetErrorString(error: cudaError_t) -> tuple:
@@ -150,10 +174,13 @@ def cudaFree(devPtr: int) -> None:
     if int(devPtr) == 0:
         return
     _state().check_unsafe_call("cudaFree")
+    # cudaFree synchronizes the device (CUDA Programming Guide, "Implicit Synchronization";
+    # cudaFreeAsync exists to avoid it): queued work that uses the memory runs first.
+    _synchronize_device("cudaFree")
     _state().memory.free(devPtr)
 
 
-def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
+def _copy(dst: int, src: int, count: int, kind: object) -> tuple[Callable[[], None], str]:
     try:
         kind = cudaMemcpyKind(kind)
     except ValueError as e:
@@ -164,22 +191,30 @@ def _copy(dst: int, src: int, count: int, kind: object) -> Callable[[], None]:
         sides = "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
     else:
         sides = _KINDS[kind]
-    return _state().copy_work(dst, src, count, sides)
+    return _state().copy_work(dst, src, count, sides), sides
 
 
 @_returns(0)
 def cudaMemcpy(dst: int, src: int, count: int, kind: object) -> None:
     if int(count) == 0:
         return
-    work = _copy(dst, src, count, kind)
-    _state().submit(0, work, "cudaMemcpy")  # synchronous: the legacy stream
+    work, sides = _copy(dst, src, count, kind)
+    queued = _state().submit(0, work, "cudaMemcpy")  # the legacy stream
+    # API synchronization behavior: a copy from or to host memory returns once done (from
+    # pageable memory: once staged, which reads the host buffer); "For transfers from device
+    # memory to device memory, no host-side synchronization is performed."
+    if sides != "DD":
+        _state().queue.complete(queued, "cudaMemcpy")
 
 
 @_returns(0)
 def cudaMemcpyAsync(dst: int, src: int, count: int, kind: object, stream: object) -> None:
+    # Deferred whatever the memory: "For transfers between device memory and pageable host
+    # memory, the function might be synchronous with respect to host." Might: the host may
+    # rely on nothing before the stream is synchronized.
     if int(count) == 0:
         return
-    work = _copy(dst, src, count, kind)
+    work, _ = _copy(dst, src, count, kind)
     _state().submit(stream, work, "cudaMemcpyAsync")
 
 
@@ -196,6 +231,8 @@ def _memset(devPtr: int, value: int, count: int) -> Callable[[], None]:
 
 @_returns(0)
 def cudaMemset(devPtr: int, value: int, count: int) -> None:
+    # "The cudaMemset functions are asynchronous with respect to the host except when the
+    # target memory is pinned host memory." (API synchronization behavior): queued.
     _state().submit(0, _memset(devPtr, value, count), "cudaMemset")
 
 
@@ -221,17 +258,24 @@ def cudaStreamDestroy(stream: object) -> None:
         raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, "the legacy stream")
     if s.capture is not None:
         raise CudaCallFailed(cudaError_t.cudaErrorStreamCaptureUnsupported, "stream capturing")
+    # "In case the device is still doing work in the stream stream when cudaStreamDestroy() is
+    # called, the function will return immediately and the resources associated with stream
+    # will be released automatically once the device has completed all work in stream."
+    # The queued work stays queued (a device synchronize or later legacy work runs it).
     del dev.streams[s.handle]
 
 
 @_returns(0)
 def cudaStreamSynchronize(stream: object) -> None:
-    _state().check_sync(stream, "cudaStreamSynchronize")
+    _state().synchronize(stream, "cudaStreamSynchronize")
 
 
 @_returns(0)
 def cudaStreamQuery(stream: object) -> None:
-    _state().check_sync(stream, "cudaStreamQuery")
+    # "Returns cudaSuccess if all operations in stream have completed, or cudaErrorNotReady
+    # if not." Pending work answers NotReady once, then completes on the next query.
+    if not _state().query(stream, "cudaStreamQuery"):
+        raise CudaCallFailed(cudaError_t.cudaErrorNotReady, "work pending on the stream")
 
 
 @_returns(1)
@@ -321,64 +365,3 @@ def cudaGraphDestroy(graph: object) -> None:
 def cudaGraphExecDestroy(graphExec: object) -> None:
     dev = _state()
     del dev.execs[_graph_handle(dev.execs, graphExec, "graph exec")]
-
-
-# -- events ------------------------------------------------------------------------------------
-def _event(handle: object) -> Event:
-    h = int(handle) if handle is not None else 0
-    if h not in _state().events:
-        raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, f"event {h:#x}")
-    return _state().events[h]
-
-
-@_returns(1)
-def cudaEventCreate() -> object:
-    h = _state().new_handle()
-    _state().events[h] = Event()
-    return cudaEvent_t(h)
-
-
-@_returns(0)
-def cudaEventDestroy(event: object) -> None:
-    _event(event)
-    del _state().events[int(event)]
-
-
-@_returns(0)
-def cudaEventRecord(event: object, stream: object) -> None:
-    ev, s = _event(event), _state().stream(stream)
-    ev.captured = s is not None and s.capture is not None
-
-    def record() -> None:
-        ev.time = time.perf_counter()
-
-    _state().submit(stream, record, "cudaEventRecord")
-
-
-@_returns(0)
-def cudaEventSynchronize(event: object) -> None:
-    _check_event_usable(_event(event))
-
-
-@_returns(0)
-def cudaEventQuery(event: object) -> None:
-    _check_event_usable(_event(event))
-
-
-def _check_event_usable(ev: Event) -> None:
-    # cudaErrorCapturedEvent: "The operation is not permitted on an event which was last
-    # recorded in a capturing stream."
-    if ev.captured:
-        raise CudaCallFailed(cudaError_t.cudaErrorCapturedEvent, "event recorded in a capture")
-
-
-@_returns(1)
-def cudaEventElapsedTime(start: object, end: object) -> float:
-    a, b = _event(start), _event(end)
-    for ev in (a, b):
-        _check_event_usable(ev)
-    # cudaEventElapsedTime: "If cudaEventRecord() has not been called on either event, then
-    # cudaErrorInvalidResourceHandle is returned."
-    if a.time is None or b.time is None:
-        raise CudaCallFailed(cudaError_t.cudaErrorInvalidResourceHandle, "event not recorded")
-    return (b.time - a.time) * 1e3

@@ -1,9 +1,10 @@
 """The emulated device's state: memory, streams, stream capture, graphs and events.
 
 One :class:`Device` per process (:func:`device`), shared by the emulated runtime and driver
-APIs, the way a real GPU outlives any one ``with emulated_gpu():`` block. Work on a stream runs
-at once (the emulated device is synchronous) unless the stream is being captured; then
-:func:`submit` records it into the capture's graph and ``cudaGraphLaunch`` replays it.
+APIs, the way a real GPU outlives any one ``with emulated_gpu():`` block. Work submitted to a
+stream is deferred (:mod:`.streams`): it runs when a synchronizing call needs it, as late as
+CUDA allows; when the stream is being captured, :meth:`Device.submit` records it into the
+capture's graph instead and ``cudaGraphLaunch`` replays it (as deferred work too).
 
 The capture rules cite the CUDA Programming Guide, "Prohibited and Unhandled Operations" and
 "Invalidation" (stream capture), and the ``cudaStreamBeginCapture`` reference.
@@ -11,7 +12,6 @@ The capture rules cite the CUDA Programming Guide, "Prohibited and Unhandled Ope
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import itertools
 import threading
@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import runtime as _rt
 
+from trt_kv.emulator.host_memory import transfer
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError, is_device_pointer
+from trt_kv.emulator.streams import LEGACY_STREAM, Work, WorkQueue
 
 Err = _rt.cudaError_t
 Mode = _rt.cudaStreamCaptureMode
-LEGACY_STREAM = 0
 
 
 class CudaCallFailed(EmulatorError):
@@ -82,6 +83,7 @@ class Stream:
 class Event:
     time: float | None = None  # perf_counter seconds of the last completed record
     captured: bool = False  # last recorded into a capturing stream
+    record: Work | None = None  # the last record, while it is pending
 
 
 class Device:
@@ -93,6 +95,7 @@ class Device:
         self.graphs: dict[int, list[Node]] = {}
         self.execs: dict[int, tuple[Node, ...]] = {}
         self.events: dict[int, Event] = {}
+        self.queue = WorkQueue()
         self._handles = itertools.count(0x5EED_0001)
 
     def new_handle(self) -> int:
@@ -163,8 +166,9 @@ class Device:
                 Err.cudaErrorStreamCaptureUnsupported, f"{what} is not permitted during capture"
             )
 
-    def submit(self, stream: object, work: Callable[[], None], what: str) -> None:
-        """Run ``work`` on ``stream`` now, or record it when the stream is being captured.
+    def submit(self, stream: object, work: Callable[[], None], what: str) -> Work | None:
+        """Queue ``work`` on ``stream`` (it runs when a synchronizing call needs it; see
+        :mod:`.streams`), or record it when the stream is being captured (then None).
 
         Raises:
             CudaCallFailed: unknown stream (cudaErrorInvalidResourceHandle); the legacy stream
@@ -183,8 +187,37 @@ class Device:
                     f"{what}: capture invalidated earlier ({s.capture.invalid})",
                 )
             s.capture.nodes.append(Node(what, work))
-            return
-        work()
+            return None
+        return self.queue.submit(LEGACY_STREAM if s is None else s.handle, work, what)
+
+    def synchronize(self, stream: object, what: str) -> None:
+        """Complete the work queued on ``stream`` (and what it waits for), after
+        :meth:`check_sync`; the legacy stream waits for every blocking stream.
+
+        Raises:
+            CudaCallFailed: as :meth:`check_sync`.
+            StreamWorkError: queued work failed when it ran (see :mod:`.streams`).
+        """
+        self.check_sync(stream, what)
+        s = self.stream(stream)
+        if s is None:  # as a legacy-stream operation would: after all work submitted so far
+            self.queue.complete_all(what)
+        else:
+            self.queue.complete(self.queue.tail(s.handle), what)
+
+    def query(self, stream: object, what: str) -> bool:
+        """Whether ``stream`` has no pending work: pending work answers False once and
+        completes on the next query (:meth:`.streams.WorkQueue.poll`), so polling ends.
+
+        Raises:
+            CudaCallFailed: as :meth:`check_sync`.
+            StreamWorkError: queued work failed when it ran.
+        """
+        self.check_sync(stream, what)
+        s = self.stream(stream)
+        if s is None:  # the legacy stream waits for every blocking stream
+            return self.queue.poll_all(what)
+        return self.queue.poll(self.queue.tail(s.handle), what)
 
     def check_sync(self, stream: object, what: str) -> None:
         """Refuse to synchronize or query a capturing stream.
@@ -208,8 +241,8 @@ class Device:
         """Check a copy of ``count`` bytes now; return the work that performs it.
 
         ``kind``: two letters, source and destination, ``H`` host or ``D`` device (``"HD"``
-        is host to device). Checked again when the work runs (a graph replay may run it after
-        a free).
+        is host to device). Checked again when the work runs (deferred work, or a graph replay,
+        may run after a free); the host side is read or written when the work runs.
 
         Raises:
             EmulatorError: a device side outside one live allocation, a host side that is a
@@ -233,7 +266,7 @@ class Device:
 
         def work() -> None:
             d, s = addresses()
-            ctypes.memmove(d, s, count)
+            transfer(d, s, count, kind)  # a released host buffer: EmulatorError, not a crash
 
         return work
 

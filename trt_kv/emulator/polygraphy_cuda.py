@@ -5,7 +5,9 @@ CUDA work through one object, ``polygraphy.cuda.wrapper()`` (a ``Cuda`` that cal
 ``libcudart`` through ctypes). :class:`EmulatedCuda` has the same methods on the emulated
 runtime, and :func:`install` makes ``wrapper()`` return it, so Polygraphy's own classes and the
 real ``TrtRunner`` run unchanged (and keep their real behaviour, e.g. ``DeviceView`` has no
-``view()``).
+``view()``). A copy given a stream (``copy_from``/``copy_to(..., stream)``) is
+``cudaMemcpyAsync``: deferred until ``Stream.synchronize()`` (``cudaStreamSynchronize``) or
+another synchronizing call; without a stream it is ``cudaMemcpy``.
 """
 
 from __future__ import annotations

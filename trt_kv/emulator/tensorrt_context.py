@@ -1,11 +1,18 @@
 """Emulated ``IExecutionContext``: strict bindings, then the network on the bound memory.
 
 ``execute_async_v3`` checks what TensorRT documents before it enqueues anything (each rule is
-quoted where it is enforced, from ``NvInferRuntime.h`` / ``NvInfer.h`` of TensorRT 11), then
-submits one piece of stream work: run the engine's network with :mod:`trt_kv.interpreter` on
-NumPy views of the bound device memory, caches updated in place. Under stream capture the work
-is recorded with the bindings of that moment and replayed by ``cudaGraphLaunch``, as a
-captured TensorRT enqueue replays its kernels with the pointers it was captured with.
+quoted where it is enforced, from ``NvInferRuntime.h`` / ``NvInfer.h`` of TensorRT 11), calls
+the output allocators (before it returns, as TensorRT does), then submits one piece of stream
+work: run the engine's network with :mod:`trt_kv.interpreter` on NumPy views of the bound
+device memory, caches updated in place. That work is deferred like any stream work
+(:mod:`.streams`): it reads its inputs when a synchronizing call runs it, not at the enqueue.
+Under stream capture the work is recorded with the bindings of that moment and replayed by
+``cudaGraphLaunch``, as a captured TensorRT enqueue replays its kernels with the pointers it
+was captured with.
+
+Output shapes follow from the input shapes, as TensorRT computes them: the emulator learns
+them once per profile and input shapes by running the network on zeros of those shapes (a
+network whose output shapes depend on input values is not emulated: refused at run time).
 
 A broken rule gives ``False`` and an error on the logger, as TensorRT does.
 """
@@ -39,6 +46,7 @@ class _Binding:
     inputs: tuple[tuple[IOTensor, int, Shape], ...]
     outputs: tuple[tuple[IOTensor, int, object], ...]  # (tensor, address or 0, allocator)
     aliased: frozenset[str]
+    shapes: dict[str, Shape]  # every non-aliased output's shape at these input shapes
 
 
 class IExecutionContext:
@@ -59,8 +67,9 @@ class IExecutionContext:
         self._shapes: dict[str, Shape] = {}
         self._addresses: dict[str, int] = {}
         self._allocators: dict[str, object] = {}
-        self._output_shapes: dict[str, Shape] = {}
+        self._output_shapes: dict[tuple, dict[str, Shape]] = {}  # _state() -> output shapes
         self._debug_listener = None
+        self._enqueued: tuple | None = None  # _state() of the last enqueue (not captured)
         self._ran: tuple | None = None  # _state() of the last enqueue that ran (not captured)
 
     # -- profiles and shapes ---------------------------------------------------------------
@@ -79,7 +88,6 @@ class IExecutionContext:
         # dynamic input tensors": shapes set under the old profile must be set again.
         self._profile = int(profile_index)
         self._shapes.clear()
-        self._output_shapes.clear()
         return True
 
     def set_input_shape(self, name: str, shape: object) -> bool:
@@ -100,13 +108,12 @@ class IExecutionContext:
                 f"{self._profile} (min {lo}, max {hi})"
             )
         self._shapes[name] = shape
-        self._output_shapes.clear()
         return True
 
     def get_tensor_shape(self, name: str) -> object:
         """Input: as set (else declared, -1 for unset dynamic dims). Aliased output: its
-        input's. Other outputs: as computed by the last enqueue at these input shapes (-1
-        before; the emulator computes output shapes by running the network)."""
+        input's. Other outputs: computed from the input shapes once all are set (else
+        declared)."""
         t = self._record.tensor(name)
         if t is None:
             return trt.Dims([-1])
@@ -115,7 +122,13 @@ class IExecutionContext:
         source = self._record.aliases.get(name)
         if source is not None:
             return trt.Dims(list(self._shapes.get(source, t.shape)))
-        return trt.Dims(list(self._output_shapes.get(name, t.shape)))
+        if self.infer_shapes():
+            return trt.Dims(list(t.shape))
+        try:
+            return trt.Dims(list(self._shapes_of_outputs()[name]))
+        except (EmulatorError, TrtKvError) as err:
+            log_error(self._logger, f"get_tensor_shape({name}): {err}")
+            return trt.Dims(list(t.shape))
 
     @property
     def all_binding_shapes_specified(self) -> bool:
@@ -195,20 +208,70 @@ class IExecutionContext:
         # (samples/common/sampleInference.cpp). The first enqueue after a change of shapes or
         # profile redoes such set-up, so the emulator refuses to capture an enqueue whose
         # shapes did not run just before.
-        if captured and self._ran != state:
+        if captured and self._enqueued != state:
             return self._error(
-                "execute_async_v3 under stream capture: the last enqueue that ran had other "
-                f"shapes ({self._ran}); enqueue once with these ({state}) before capturing"
+                "execute_async_v3 under stream capture: the last enqueue had other "
+                f"shapes ({self._enqueued}); enqueue once with these ({state}) before capturing"
             )
         try:
+            binding = self._allocate(binding, stream_handle)
             submit(
                 stream_handle,
-                lambda: self._run(binding, stream_handle, state, replay=captured),
+                lambda: self._run(binding, state, replay=captured),
                 f"execute_async_v3 ({self.engine.name})",
             )
-        except (EmulatorError, TrtKvError) as err:
+        except (_Refused, EmulatorError, TrtKvError) as err:
             return self._error(f"execute_async_v3: {err}")
+        if not captured:
+            self._enqueued = state
         return True
+
+    def _shapes_of_outputs(self) -> dict[str, Shape]:
+        """Each non-aliased output's shape at the current input shapes (all set): learned
+        once per :meth:`_state` by running the network on zeros of the input shapes.
+
+        Raises:
+            EmulatorError: the network failed on zeros.
+        """
+        state = self._state()
+        if state not in self._output_shapes:
+            feed = {
+                t.name: np.zeros(self._shapes.get(t.name, t.shape), t.dtype)
+                for t in self._record.tensors
+                if t.is_input
+            }
+            try:
+                results = self._record.plan.run(feed)
+            except TrtKvError as err:
+                raise EmulatorError(
+                    f"output shapes at input shapes {state}: the network failed on zeros: {err}"
+                ) from err
+            self._output_shapes[state] = {
+                t.name: tuple(results[t.name].shape)
+                for t in self._record.tensors
+                if not t.is_input and t.name not in self._record.aliases
+            }
+        return self._output_shapes[state]
+
+    def _allocate(self, binding: _Binding, stream: int) -> _Binding:
+        """Resolve each output's address before the enqueue returns: TensorRT calls
+        ``reallocateOutputAsync`` and ``notifyShape`` "sometime between when it calls
+        reallocateOutput and enqueueV3 returns" (IOutputAllocator)."""
+        outputs = []
+        for t, address, allocator in binding.outputs:
+            shape = binding.shapes[t.name]
+            nbytes = _nbytes(shape, t.dtype)
+            if allocator is not None:
+                address = int(
+                    allocator.reallocate_output_async(t.name, address, nbytes, ALIGNMENT, stream)
+                    or 0
+                )
+                allocator.notify_shape(t.name, trt.Dims(list(shape)))
+                if not address or address % ALIGNMENT:
+                    raise EmulatorError(f"output {t.name}: allocator gave address {address:#x}")
+            _check_range(device().memory, t.name, address, nbytes)
+            outputs.append((t, address, None))
+        return _Binding(binding.inputs, tuple(outputs), binding.aliased, binding.shapes)
 
     def _state(self) -> tuple:
         """The profile and input shapes: what shape-dependent set-up depends on."""
@@ -258,13 +321,11 @@ class IExecutionContext:
             # "each output must have a non-null address or an IOutputAllocator to set it later"
             if not address and allocator is None:
                 raise _Refused(f"output {t.name} has neither an address nor an allocator")
-            known = self._output_shapes.get(t.name)
-            if address and allocator is None and known is not None:
-                _check_range(memory, t.name, address, _nbytes(known, t.dtype))
             outputs.append((t, address, allocator))
-        return _Binding(tuple(inputs), tuple(outputs), frozenset(self._record.aliases))
+        shapes = self._shapes_of_outputs()
+        return _Binding(tuple(inputs), tuple(outputs), frozenset(self._record.aliases), shapes)
 
-    def _run(self, binding: _Binding, stream: int, state: tuple, replay: bool) -> None:
+    def _run(self, binding: _Binding, state: tuple, replay: bool) -> None:
         """The enqueued work: the network on views of the bound memory (checked again: a graph
         replay may run it after a free, or after the context ran other shapes)."""
         if replay and self._ran != state:
@@ -277,20 +338,14 @@ class IExecutionContext:
         memory = device().memory
         feed = {t.name: memory.view(a, shape, t.dtype) for t, a, shape in binding.inputs}
         results = self._record.plan.run(feed)
-        for t, address, allocator in binding.outputs:
+        for t, address, _ in binding.outputs:
             value = np.ascontiguousarray(results[t.name], dtype=t.dtype)
-            if allocator is not None:
-                address = int(
-                    allocator.reallocate_output_async(
-                        t.name, address, value.nbytes, ALIGNMENT, stream
-                    )
-                    or 0
+            if value.shape != binding.shapes[t.name]:
+                raise EmulatorError(
+                    f"output {t.name}: shape {value.shape} differs from {binding.shapes[t.name]}"
+                    " computed from the input shapes (data-dependent shapes are not emulated)"
                 )
-                allocator.notify_shape(t.name, trt.Dims(list(value.shape)))
-            if not address or address % ALIGNMENT:
-                raise EmulatorError(f"output {t.name}: allocator gave address {address:#x}")
             memory.view(address, value.shape, t.dtype)[...] = value
-            self._output_shapes[t.name] = value.shape
         self._ran = state
 
     def _error(self, message: str) -> bool:

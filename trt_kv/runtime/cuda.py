@@ -6,7 +6,7 @@ from functools import cache
 
 import numpy as np
 
-from trt_kv.errors import GpuUnavailableError
+from trt_kv.errors import ArgumentError, GpuUnavailableError, mismatch
 
 CPU_BACKENDS = ("reference", "interpreter")
 
@@ -66,18 +66,25 @@ class DeviceBuffer:
         )
 
     def upload(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> None:
-        host = np.ascontiguousarray(host)
-        check(
-            self._rt.cudaMemcpyAsync(
-                self.ptr + offset,
-                host.ctypes.data,
-                host.nbytes,
-                self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
-                stream,
+        """Copy ``host`` to ``offset``. With ``stream`` (not 0) the copy is async: the caller
+        keeps ``host`` alive and unchanged until that stream is synchronized (the copy may
+        read it late). Without, it is ``cudaMemcpy``: ``host`` is read before this returns."""
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        if not stream:  # a temporary made here (contiguous copy) may be freed on return
+            host = np.ascontiguousarray(host)
+            check(self._rt.cudaMemcpy(self.ptr + offset, host.ctypes.data, host.nbytes, kind))
+            return
+        if not host.flags.c_contiguous:  # a contiguous copy made here would die on return
+            raise ArgumentError(
+                mismatch("upload host", "a C-contiguous array", "", "a strided one")
             )
+        check(
+            self._rt.cudaMemcpyAsync(self.ptr + offset, host.ctypes.data, host.nbytes, kind, stream)
         )
 
     def download(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> np.ndarray:
+        """Copy ``host.nbytes`` from ``offset`` into ``host`` on ``stream`` (0: the legacy
+        stream) and synchronize that stream: ``host`` holds the bytes when this returns."""
         check(
             self._rt.cudaMemcpyAsync(
                 host.ctypes.data,
@@ -87,8 +94,9 @@ class DeviceBuffer:
                 stream,
             )
         )
-        if stream:
-            check(self._rt.cudaStreamSynchronize(stream))
+        # An async copy to pageable memory "might be synchronous": only the synchronize
+        # guarantees the bytes (stream 0 included; it waited for nothing before).
+        check(self._rt.cudaStreamSynchronize(stream))
         return host
 
     def copy_within(self, src_offset: int, dst_offset: int, nbytes: int) -> None:
