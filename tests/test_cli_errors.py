@@ -121,6 +121,12 @@ def test_cache_whose_rope_tables_exceed_host_memory_is_refused_before_building(
     assert not out.exists()
 
 
+def test_runtime_cache_on_a_cpu_backend_is_refused(capsys, tmp_path):
+    argv = ["--backend", "interpreter", "--runtime-cache", tmp_path / "k.rtxcache"]
+    message = error_of(capsys, "generate", *argv)
+    assert message == "--runtime-cache: expected --backend tensorrt, got interpreter"
+
+
 def test_step_wider_than_the_cache_is_refused(capsys):
     message = error_of(capsys, "build", "--max-seq-len", "16", "--max-step-tokens", "32")
     assert message == "--max-step-tokens: expected <= --max-seq-len = 16, got 32"

@@ -109,6 +109,7 @@ def stand_in_pairs():
         "ICudaEngine": tensorrt_runtime.ICudaEngine,
         "IExecutionContext": tensorrt_context.IExecutionContext,
         "IRuntimeConfig": tensorrt_runtime.IRuntimeConfig,
+        "IRuntimeCache": tensorrt_runtime.IRuntimeCache,
         "EngineInspector": tensorrt_inspector.EngineInspector,
     }
     assert set(ours) == set(tensorrt_runtime.STAND_INS)
@@ -149,6 +150,7 @@ def test_tensorrt_stand_in_instances_have_only_real_attributes():
         engine = runtime.deserialize_cuda_engine(data)
         instances = [runtime, engine, engine.create_execution_context()]
         instances.append(engine.create_runtime_config())
+        instances.append(instances[-1].create_runtime_cache())
         instances.append(engine.create_engine_inspector())
     for obj, (_, real) in zip(instances, stand_in_pairs()):
         public = [n for n in vars(obj) if not n.startswith("_")]

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "max_step_tokens": "longest prefill step (None: the context, in one step)",
         },
     )
-    p.set_defaults(max_seq_len=None, max_batch=1)
+    p.set_defaults(max_seq_len=None, max_batch=1, runtime_cache=None)  # bench: no cache file
     p.add_argument(
         "--backend", choices=generate.BACKENDS, default="interpreter", help="backend to time"
     )

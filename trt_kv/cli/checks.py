@@ -19,6 +19,7 @@ from trt_kv.errors import ArgumentError, mismatch
 BACKEND_ONLY = {
     "engine": ("tensorrt", "polygraphy"),
     "cuda_graph": ("tensorrt",),
+    "runtime_cache": ("tensorrt",),
     "emulate_gpu": ("tensorrt", "polygraphy"),
 }
 

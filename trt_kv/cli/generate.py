@@ -63,6 +63,11 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
     p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
     p.add_argument(
+        "--runtime-cache",
+        type=Path,
+        help="TensorRT-RTX's just-in-time kernel cache file: loaded if valid, saved at the end",
+    )
+    p.add_argument(
         "--emulate-gpu",
         action="store_true",
         help="run tensorrt/polygraphy on trt_kv's emulated GPU, on the CPU (a test of the "
@@ -202,7 +207,7 @@ def make_backend(
         return PolygraphyBackend(path)
     from trt_kv.runtime.trt_backend import TrtBackend
 
-    return TrtBackend(path, cuda_graph=args.cuda_graph)
+    return TrtBackend(path, cuda_graph=args.cuda_graph, runtime_cache=args.runtime_cache)
 
 
 def check_engine_model(path: Path, name: str, config: object) -> None:

@@ -1,4 +1,5 @@
-"""Emulated TensorRT runtime: ``Runtime``, ``ICudaEngine``, ``IRuntimeConfig`` (the
+"""Emulated TensorRT runtime: ``Runtime``, ``ICudaEngine``, ``IRuntimeConfig``,
+``IRuntimeCache`` (the
 ``EngineInspector`` is in :mod:`.tensorrt_inspector`).
 
 Installed in place of the TensorRT module's classes of the same names (``trt.Runtime`` is
@@ -44,17 +45,68 @@ class Runtime:
 
 class IRuntimeConfig:
     """Stand-in for TensorRT-RTX's ``IRuntimeConfig`` (what trt_kv sets: the CUDA-graph
-    strategy; the allocation strategy for completeness)."""
+    strategy, the runtime cache; the allocation strategy for completeness)."""
 
     def __init__(self) -> None:
         self.cuda_graph_strategy = trt.CudaGraphStrategy.DISABLED
         self._allocation = trt.ExecutionContextAllocationStrategy.STATIC
+        self._cache: IRuntimeCache | None = None
 
     def set_execution_context_allocation_strategy(self, strategy: object) -> None:
         self._allocation = strategy
 
     def get_execution_context_allocation_strategy(self) -> object:
         return self._allocation
+
+    def create_runtime_cache(self) -> IRuntimeCache:
+        return IRuntimeCache()
+
+    def set_runtime_cache(self, cache: object = None) -> bool:
+        """Attach ``cache`` (None detaches); False for an object that is no runtime cache."""
+        if cache is not None and not isinstance(cache, IRuntimeCache):
+            return False
+        self._cache = cache
+        return True
+
+    def get_runtime_cache(self) -> IRuntimeCache | None:
+        return self._cache
+
+
+class IRuntimeCache:
+    """Stand-in for TensorRT-RTX's ``IRuntimeCache``: the kernels its just-in-time compiler
+    built. Nothing is compiled on the emulated device, so an entry stands for "the kernels of
+    the engine with this sha256", added when a context is created with a config holding the
+    cache (the real compiler works per kernel and shape, later). ``serialize`` gives a blob
+    with this emulator's header; ``deserialize`` loads only such a blob (False and the cache
+    unchanged otherwise: TensorRT-RTX refuses a corrupt blob or one from another environment
+    the same way)."""
+
+    _MAGIC = b"trt_kv emulated TensorRT-RTX runtime cache v1\n"
+
+    def __init__(self) -> None:
+        self._entries: set[str] = set()
+
+    def serialize(self) -> memoryview:
+        return memoryview(self._MAGIC + "\n".join(sorted(self._entries)).encode())
+
+    def deserialize(self, blob: object) -> bool:
+        data = bytes(blob)
+        if not data.startswith(self._MAGIC):
+            return False
+        body = data[len(self._MAGIC) :].decode(errors="replace")
+        entries = set(body.split("\n")) - {""}
+        if not all(len(e) == 64 and all(c in "0123456789abcdef" for c in e) for e in entries):
+            return False
+        self._entries |= entries
+        return True
+
+    def reset(self) -> bool:
+        self._entries.clear()
+        return True
+
+    def _compile(self, engine_sha256: str) -> None:
+        """What a context of this engine adds: its kernels."""
+        self._entries.add(engine_sha256)
 
 
 class ICudaEngine:
@@ -149,11 +201,20 @@ class ICudaEngine:
         from trt_kv.emulator.tensorrt_context import IExecutionContext
 
         runtime_config = config if isinstance(config, IRuntimeConfig) else None
+        if runtime_config is not None and runtime_config.get_runtime_cache() is not None:
+            runtime_config.get_runtime_cache()._compile(self._record.sha256)
         return IExecutionContext(self, self._record, self._logger, runtime_config)
 
 
 # Names of the TensorRT module replaced while the emulator is installed.
-STAND_INS = ("Runtime", "ICudaEngine", "IExecutionContext", "IRuntimeConfig", "EngineInspector")
+STAND_INS = (
+    "Runtime",
+    "ICudaEngine",
+    "IExecutionContext",
+    "IRuntimeConfig",
+    "IRuntimeCache",
+    "EngineInspector",
+)
 
 
 def install() -> Callable[[], None]:

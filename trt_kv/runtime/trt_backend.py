@@ -18,6 +18,10 @@ Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
   change, which a replay would skip). Graphs, graph executables and the stream are destroyed
   by :meth:`close` (or on collection). On TensorRT-RTX user capture may need engines built
   with ``kREQUIRE_USER_ALLOCATION``.
+
+``runtime_cache=PATH`` (TensorRT-RTX): the just-in-time compiler's kernels are loaded from
+``PATH`` when it holds a cache TensorRT-RTX accepts, and saved there by :meth:`close`
+(:mod:`trt_kv.runtime.runtime_cache`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from trt_kv.runtime.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.device import DeviceCaches
 from trt_kv.runtime.engine_loader import check_decoder_engine, load_cuda_engine
 from trt_kv.runtime.profiles import select_profile
+from trt_kv.runtime.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
 
 GraphMode = Literal["runtime", "manual"]
 
@@ -68,10 +73,12 @@ class TrtBackend:
         *,
         capacity: int | None = None,
         cuda_graph: bool | GraphMode = False,
+        runtime_cache: str | Path | None = None,
     ) -> None:
         if capacity is not None:  # 0 is not "the engine's max_batch"
             check_int("capacity", capacity, 1)
         self.graph_mode = _graph_mode(cuda_graph)
+        cache_path = None if runtime_cache is None else check_runtime_cache_path(runtime_cache)
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         self.engine, _, self.meta = load_cuda_engine(engine_path)
         md = check_decoder_engine(engine_path, self.meta)
@@ -80,9 +87,14 @@ class TrtBackend:
         self.long_rope_after = long_rope_after_of(md)
         capacity = capacity or md["max_batch"]
         self.runtime_config = None  # outlives the context that uses it
-        if self.graph_mode == "runtime":
+        self.runtime_cache: RuntimeCacheFile | None = None
+        if self.graph_mode == "runtime" or cache_path is not None:
             self.runtime_config = self.engine.create_runtime_config()
-            self.runtime_config.cuda_graph_strategy = trt.CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
+            if self.graph_mode == "runtime":
+                strategy = trt.CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
+                self.runtime_config.cuda_graph_strategy = strategy
+            if cache_path is not None:
+                self.runtime_cache = RuntimeCacheFile(cache_path, self.runtime_config)
             self.context = self.engine.create_execution_context(self.runtime_config)
         else:
             self.context = self.engine.create_execution_context()
@@ -180,7 +192,11 @@ class TrtBackend:
         return last_token_logits(host, plan)
 
     def close(self) -> None:
-        """Destroy captured graphs, their executables and the stream (idempotent)."""
+        """Save the runtime cache (``runtime_cache=``), then destroy captured graphs, their
+        executables and the stream (idempotent)."""
+        cache, self.runtime_cache = getattr(self, "runtime_cache", None), None
+        if cache is not None:
+            cache.save()
         graphs, self._graphs = getattr(self, "_graphs", {}), {}
         stream, self.stream = getattr(self, "stream", None), None
         if not graphs and stream is None:
