@@ -62,7 +62,9 @@ def test_an_async_upload_reads_the_host_buffer_when_the_stream_reaches_it():
 @pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux /proc/self/mem")
 def test_a_host_buffer_released_before_the_synchronize_is_an_error_there():
     stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(4096))
-    host = mmap.mmap(-1, 4096)  # a page of its own: closing it unmaps it
+    # A mapping of its own: closing it unmaps it. 16 MB, copied from its lowest page: a new
+    # mapping made meanwhile lands at the top of the freed gap (top-down mmap), not there.
+    host = mmap.mmap(-1, 16 << 20)
     view = ctypes.c_char.from_buffer(host)
     address = ctypes.addressof(view)
     del view
@@ -211,7 +213,8 @@ def test_polygraphy_async_copies_land_at_stream_synchronize():
     stream.free()
 
 
-def test_an_engine_enqueue_reads_its_input_when_the_stream_runs_it():
+def doubling_context():
+    """An execution context of an engine y = x + x, x float32 [B, 4], B in 1..2."""
     from trt_kv._trt import trt
     from trt_kv.builder import Profile, build_engine, create_network
 
@@ -221,7 +224,11 @@ def test_an_engine_enqueue_reads_its_input_when_the_stream_runs_it():
     y.name = "y"
     network.mark_output(y)
     data = build_engine(builder, network, [Profile("p", {"x": ((1, 4), (2, 4), (2, 4))})]).data
-    ctx = trt.Runtime(trt.Logger()).deserialize_cuda_engine(data).create_execution_context()
+    return trt.Runtime(trt.Logger()).deserialize_cuda_engine(data).create_execution_context()
+
+
+def test_an_engine_enqueue_reads_its_input_when_the_stream_runs_it():
+    ctx = doubling_context()
     stream, px, py = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(16)), ok(rt().cudaMalloc(16))
     host = np.array([[1, 2, 3, 4]], np.float32)
     upload(px, host, stream)
@@ -235,6 +242,22 @@ def test_an_engine_enqueue_reads_its_input_when_the_stream_runs_it():
     assert out.tolist() == [[-1, -1, -1, -1]]
     ok(rt().cudaStreamSynchronize(stream))
     assert out.tolist() == [[20, 40, 60, 80]]
+
+
+def test_a_graph_launch_checks_its_captured_enqueue_bindings_at_the_launch():
+    ctx = doubling_context()
+    stream, px, py = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(16)), ok(rt().cudaMalloc(16))
+    assert ctx.set_input_shape("x", (1, 4))
+    assert ctx.set_tensor_address("x", px) and ctx.set_tensor_address("y", py)
+    assert ctx.execute_async_v3(stream)  # the warm-up enqueue capture needs
+    mode = rt().cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+    ok(rt().cudaStreamBeginCapture(stream, mode))
+    assert ctx.execute_async_v3(stream)
+    graph_exec = ok(rt().cudaGraphInstantiate(ok(rt().cudaStreamEndCapture(stream)), 0))
+    ok(rt().cudaGraphLaunch(graph_exec, stream))
+    ok(rt().cudaFree(py))  # synchronizes first: the launch above ran on live memory
+    with pytest.raises(EmulatorError, match="use after free"):
+        rt().cudaGraphLaunch(graph_exec, stream)
 
 
 def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp_path):

@@ -156,8 +156,9 @@ def test_matrix_multiply_against_a_shared_weight_fast_and_plain_agree(transpose)
 def test_product_with_a_row_major_weight_fast_and_plain_agree(rows):
     """``x [rows, 333] @ W^T`` with W ``[1000, 333]`` read transposed (an ``nn.Linear``
     weight, large enough for the fast paths): one row runs as a dot product per row of W,
-    2..16 rows in blocks of W's rows (5 rows: blocks of 480, the last one of 40), 17 as one
-    product. Within float32 rounding of the plain plan and of float64."""
+    2..16 rows in blocks of W's rows (5 rows: blocks of 384, the last one of 232; up to 8
+    rows each block is read once before its product), 17 as one product. Within float32
+    rounding of the plain plan and of float64."""
     net = Net()
     x = net.input("x", "float32", (-1, 333))
     w = rand(1000, 333, seed=16)

@@ -31,6 +31,7 @@ from cuda.bindings import driver as _dr
 from trt_kv.emulator import cuda_runtime as _crt
 from trt_kv.emulator.device import CudaCallFailed, device, returning
 from trt_kv.emulator.memory import EmulatorError
+from trt_kv.emulator.streams import Checked
 from trt_kv.plugin import kernels
 
 CUresult = _dr.CUresult
@@ -300,13 +301,14 @@ def cuLaunchKernel(
     fn = getattr(host_library(), _host_name(name))
     mem = device().memory
 
-    def run() -> None:
-        hosts = [ctypes.c_void_p(mem.host_address(p, n)) for p, n in zip(pointers, extents)]
-        fn(*hosts, *(ctypes.c_int(s) for s in sizes))
+    def check() -> list[int]:
+        return [mem.host_address(p, n) for p, n in zip(pointers, extents)]
 
-    for p, n in zip(pointers, extents):
-        mem.find(p, n)  # fail at the launch, not later
-    device().submit(int(hStream), run, f"cuLaunchKernel({name})")
+    def run() -> None:
+        fn(*(ctypes.c_void_p(h) for h in check()), *(ctypes.c_int(s) for s in sizes))
+
+    check()  # fail at the launch, not later
+    device().submit(int(hStream), Checked(check, run), f"cuLaunchKernel({name})")
 
 
 def kernel_extents(name: str, sizes: list[int]) -> list[int]:

@@ -41,6 +41,7 @@ from trt_kv.emulator.device import (
 )
 from trt_kv.emulator.device import device as _state
 from trt_kv.emulator.memory import EmulatorError, is_device_pointer
+from trt_kv.emulator.streams import Checked
 
 # cuda-python's own types: values made here are indistinguishable from real ones.
 cudaError_t = _rt.cudaError_t
@@ -218,7 +219,7 @@ def cudaMemcpyAsync(dst: int, src: int, count: int, kind: object, stream: object
     _state().submit(stream, work, "cudaMemcpyAsync")
 
 
-def _memset(devPtr: int, value: int, count: int) -> Callable[[], None]:
+def _memset(devPtr: int, value: int, count: int) -> Checked:
     mem, ptr, count = _state().memory, int(devPtr), int(count)
     mem.find(ptr, count)
 
@@ -226,7 +227,7 @@ def _memset(devPtr: int, value: int, count: int) -> Callable[[], None]:
         alloc, offset = mem.find(ptr, count)
         alloc.data[offset : offset + count] = int(value) & 0xFF
 
-    return work
+    return Checked(lambda: mem.find(ptr, count), work)
 
 
 @_returns(0)
@@ -347,6 +348,9 @@ def cudaGraphInstantiate(graph: object, flags: int) -> object:
 def cudaGraphLaunch(graphExec: object, stream: object) -> None:
     dev = _state()
     nodes = dev.execs[_graph_handle(dev.execs, graphExec, "graph exec")]
+    for node in nodes:  # pointer checks at the launch too (a freed buffer: EmulatorError here)
+        if isinstance(node.work, Checked):
+            node.work.check()
 
     def replay() -> None:
         for node in nodes:

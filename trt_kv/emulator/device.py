@@ -22,7 +22,7 @@ from cuda.bindings import runtime as _rt
 
 from trt_kv.emulator.host_memory import transfer
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError, is_device_pointer
-from trt_kv.emulator.streams import LEGACY_STREAM, Work, WorkQueue
+from trt_kv.emulator.streams import LEGACY_STREAM, Checked, Work, WorkQueue
 
 Err = _rt.cudaError_t
 Mode = _rt.cudaStreamCaptureMode
@@ -237,7 +237,7 @@ class Device:
             )
 
     # -- copies ----------------------------------------------------------------------------
-    def copy_work(self, dst: int, src: int, count: int, kind: str) -> Callable[[], None]:
+    def copy_work(self, dst: int, src: int, count: int, kind: str) -> Checked:
         """Check a copy of ``count`` bytes now; return the work that performs it.
 
         ``kind``: two letters, source and destination, ``H`` host or ``D`` device (``"HD"``
@@ -268,7 +268,7 @@ class Device:
             d, s = addresses()
             transfer(d, s, count, kind)  # a released host buffer: EmulatorError, not a crash
 
-        return work
+        return Checked(addresses, work)
 
     def _side(self, ptr: int, count: int, side: str, role: str) -> int:
         if side == "D":

@@ -41,6 +41,18 @@ class StreamWorkError(EmulatorError):
     """Deferred stream work failed when a synchronizing call ran it (``__cause__``: why)."""
 
 
+@dataclass(frozen=True)
+class Checked:
+    """Stream work with its pointer checks: done when it is submitted, again when it runs
+    (``run`` repeats them), and again when a graph launch submits it as a captured node."""
+
+    check: Callable[[], object]
+    run: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.run()
+
+
 @dataclass(eq=False)
 class Work:
     """One pending piece of stream work: ``what`` submitted it, ``run`` performs it."""

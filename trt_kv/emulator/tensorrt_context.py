@@ -29,6 +29,7 @@ from trt_kv.emulator.cuda_runtime import submit
 from trt_kv.emulator.device import device
 from trt_kv.emulator.engines import EngineRecord, IOTensor, Shape
 from trt_kv.emulator.memory import EmulatorError
+from trt_kv.emulator.streams import Checked
 from trt_kv.emulator.tensorrt_runtime import log_error
 from trt_kv.errors import TrtKvError
 
@@ -217,7 +218,10 @@ class IExecutionContext:
             binding = self._allocate(binding, stream_handle)
             submit(
                 stream_handle,
-                lambda: self._run(binding, state, replay=captured),
+                Checked(
+                    lambda: _check_ranges(binding),
+                    lambda: self._run(binding, state, replay=captured),
+                ),
                 f"execute_async_v3 ({self.engine.name})",
             )
         except (_Refused, EmulatorError, TrtKvError) as err:
@@ -365,6 +369,15 @@ def _named_sizes(tensors: object, shapes: dict) -> dict[str, dict[str, int]]:
             if name and t.is_input:
                 found.setdefault(name, {})[f"{t.name}[{axis}]"] = shapes.get(t.name, t.shape)[axis]
     return found
+
+
+def _check_ranges(binding: _Binding) -> None:
+    """Every input and output of ``binding`` inside one live allocation (EmulatorError)."""
+    memory = device().memory
+    for t, address, shape in binding.inputs:
+        memory.find(address, _nbytes(shape, t.dtype))
+    for t, address, _ in binding.outputs:
+        memory.find(address, _nbytes(binding.shapes[t.name], t.dtype))
 
 
 def _check_range(memory: object, name: str, address: int, nbytes: int) -> None:
