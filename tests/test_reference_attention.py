@@ -73,3 +73,16 @@ def test_window_cut_to_the_valid_keys_gives_the_same_result_to_float32_rounding(
     whole = attention(q, k, v, causal="lower_right", kv_lengths=lengths)
     cut = attention(q, k[:, :, :9], v[:, :, :9], causal="lower_right", kv_lengths=lengths)
     np.testing.assert_allclose(whole, cut, rtol=1e-6, atol=1e-7)  # a few ulps: sum order
+
+
+def test_a_query_row_that_sees_no_key_gives_zeros():
+    """Row 1 of head 0 keeps no key (its softmax total is 0): exact zeros there, the other
+    rows as the plain per-row computation."""
+    q, k, v = _rand(1, 2, 3, 8, seed=16), _rand(1, 1, 5, 8, seed=17), _rand(1, 1, 5, 8, seed=18)
+    mask = np.ones((1, 2, 3, 5), bool)
+    mask[0, 0, 1] = False
+    out = attention(q, k, v, mask=mask)
+    assert (out[0, 0, 1] == 0).all()
+    expected = _plain(q, k, v, np.ones_like(mask))  # rows are independent
+    expected[0, 0, 1] = 0
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)

@@ -310,7 +310,12 @@ def attention(
     scores -= peak
     weights = np.exp(scores, out=scores)
     total = np.sum(weights, axis=-1, keepdims=True)
-    weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+    # In place (a fresh array per call costs page faults on large scores); a row whose total
+    # is not positive (no visible key, or NaN) gives zeros.
+    positive = total > 0
+    weights = np.divide(weights, total, out=weights, where=positive)
+    if not positive.all():
+        np.copyto(weights, 0.0, where=~positive)
     if v.shape[2] == 1:  # [B, Nkv, G * Sq, Skv] @ [B, Nkv, Skv, H]
         out = weights.reshape(b, nkv, group * sq, skv) @ v[:, :, 0]
     else:  # per-head masks: [B, Nkv, G, Sq, Skv] @ [B, Nkv, G, Skv, H]
