@@ -98,8 +98,10 @@ def chosen(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``trt-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code (2 and
-    one ``trt-kv: error: ...`` line on stderr for a :class:`TrtKvError`)."""
+    """Run ``trt-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code: 2 and
+    one ``trt-kv: error: ...`` line on stderr for a :class:`TrtKvError`; 1 and one line for
+    host memory running out; 130 (a shell's code for SIGINT) and ``trt-kv: interrupted``
+    for Ctrl-C. None of them prints a traceback; what the command opened is closed first."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if stored_help_applies(argv):
         sys.stdout.write(HELP)
@@ -115,6 +117,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrtKvError as e:
         print(f"trt-kv: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C is the user's choice, not a failure to explain: no traceback. On a terminal
+        # a newline first ends the line its "^C" (or streamed text) left open.
+        opened = "\n" if sys.stderr.isatty() else ""
+        print(f"{opened}trt-kv: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError as e:  # a step's activations, a cache, a table sized past the RAM
+        detail = f" ({e})" if str(e) else ""
+        print(
+            f"trt-kv: error: the host ran out of memory{detail}; try a smaller --max-seq-len,"
+            " --max-batch or --max-step-tokens",
+            file=sys.stderr,
+        )
+        return 1
     except BrokenPipeError:
         # ``trt-kv ... | head``: the reader left. Python's documented recipe: point stdout at
         # devnull so the exit flush cannot raise again, and exit 1 without a traceback.

@@ -1,0 +1,76 @@
+"""Ending ``trt-kv`` early: Ctrl-C (exit 130) and host memory running out (exit 1) print one
+line on stderr, never a traceback. Real child processes: a real SIGINT, a real address-space
+limit (``RLIMIT_AS``)."""
+
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cli_user import user_env, write_tiny_model
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def _trt_kv(*argv: object, **popen: object) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trt_kv", *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=user_env(),
+        **popen,
+    )
+
+
+def _running(pid: int) -> bool:
+    """Whether the command's ``run`` has started: subcommand modules import no NumPy, so
+    NumPy mapped into the process means ``main`` is inside its error handling."""
+    return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tiny_model):
+    child = _trt_kv(
+        "generate", "--model", tiny_model, "--backend", "interpreter", "--dtype", "float32",
+        "--max-batch", 1, "--max-seq-len", 100_000, "--max-new-tokens", 99_990,
+        "--ignore-eos", "--prompt-ids", "1,2,3",
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _running(child.pid):
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the decode loop (~60 s of steps ahead)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert err == "trt-kv: interrupted\n"  # stderr is a pipe: no newline before it
+    assert out == ""  # generated ids are printed at the end, which never came
+
+
+def _limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_host_memory_running_out_is_one_line_and_exit_1(tiny_model):
+    """A 20,000-token prompt in one step: the interpreter's attention scores of one KV head
+    are 3 GB, past a 2 GB address space (imports and weights need far less)."""
+    ids = ",".join(str(1 + i % 50) for i in range(20_000))
+    child = _trt_kv(
+        "generate", "--model", tiny_model, "--backend", "interpreter", "--dtype", "float32",
+        "--max-batch", 1, "--max-seq-len", 20_008, "--max-new-tokens", 2, "--prompt-ids", ids,
+        preexec_fn=_limit_address_space,
+    )  # fmt: skip
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 1, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("trt-kv: error: the host ran out of memory (Unable to allocate")
+    assert lines[0].endswith("; try a smaller --max-seq-len, --max-batch or --max-step-tokens")
