@@ -61,6 +61,29 @@ def test_a_forced_module_that_is_not_installed_is_one_error_line():
     )
 
 
+def test_an_installed_module_that_does_not_load_is_named_with_its_error(tmp_path):
+    """A broken install (a missing CUDA library, memory running out while mapping one) was
+    reported as 'no TensorRT module found'. Both candidates here are packages that fail to
+    load, first on the path."""
+    for name in ("tensorrt", "tensorrt_rtx"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(
+            f"raise ImportError('lib{name}.so.1: cannot open shared object file')\n"
+        )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = run_python(
+        "from trt_kv.cli import main; raise SystemExit(main(['build', '--no-model', '-q']))",
+        unset=("TRT_KV_TRT_MODULE",),
+        PYTHONPATH=os.pathsep.join([str(tmp_path), root]),
+    )
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr == (
+        "trt-kv: error: TensorRT: expected a module that loads, got 'tensorrt' is installed but "
+        "did not load (libtensorrt.so.1: cannot open shared object file); 'tensorrt_rtx' is "
+        "installed but did not load (libtensorrt_rtx.so.1: cannot open shared object file)\n"
+    )
+
+
 @pytest.mark.skipif(not FEATURES.is_rtx, reason="TensorRT-RTX only: Polygraphy's RTX switch")
 def test_polygraphy_uses_tensorrt_rtx_after_trt_kv_import():
     code = "import trt_kv, polygraphy.config as c; print(c.USE_TENSORRT_RTX)"

@@ -64,11 +64,15 @@ def _import() -> ModuleType:
             raise TrtKvError(
                 f"{ENV_VAR}: expected an installed module, got {forced!r} ({err})"
             ) from err
+    broken = []  # installed modules that did not load: a missing library, memory, ...
     for name in _CANDIDATES:
         try:
             return importlib.import_module(name)
-        except ImportError:
-            continue
+        except ImportError as err:
+            if importlib.util.find_spec(name) is not None:
+                broken.append(f"{name!r} is installed but did not load ({err})")
+    if broken:
+        raise TrtKvError(f"TensorRT: expected a module that loads, got {'; '.join(broken)}")
     raise TrtKvError(
         "no TensorRT module found: expected 'tensorrt' (>= 10.15) or 'tensorrt_rtx' "
         "(pip install tensorrt-rtx)"
