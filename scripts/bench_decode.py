@@ -77,10 +77,10 @@ def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> 
         run_name, config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
     ).path
     if name == "polygraphy":
-        from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
+        from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 
         return PolygraphyBackend(path)
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     return TrtBackend(path, cuda_graph=name == "tensorrt-graph")
 

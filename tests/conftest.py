@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import pytest
 from real_model import hf_saved_folder, hf_smollm2, hf_tokenizer, smollm2, smollm2_gguf
 
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
 REAL_GPU_REASON = gpu_unavailable_reason()  # None: a real GPU is usable
 

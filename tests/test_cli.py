@@ -6,7 +6,7 @@ import pytest
 from cli_user import write_tiny_model
 
 from trt_kv.cli import main
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import json
 import pytest
 from cli_user import run_cli, write_tiny_model
 
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from test_cli import run_json
 from test_cli import tiny_model as tiny_model  # the fixture
 
 from trt_kv.cli import main
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
 GPU_RUNS = {
     "tensorrt": ["--backend", "tensorrt"],

@@ -5,7 +5,7 @@ import pytest
 from cli_user import run_cli, write_tiny_model
 
 from trt_kv.cli import main
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 from trt_kv.runtime.host_memory import available_host_bytes
 
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from trt_kv.emulator import emulated_gpu, is_active, provides
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
 
 def runtime_name():

@@ -19,7 +19,7 @@ ODD = [CacheAlias("past_key_0", "present_key_0", (-1, 1, 10, 8), "float16")]
 def test_every_bound_cache_window_is_256_byte_aligned_or_refused():
     # TensorRT, IExecutionContext::setTensorAddress: "The pointer must have at least 256-byte
     # alignment." Slot lo of a 160-byte-slot cache starts at byte 160 * lo.
-    from trt_kv.runtime.device import DeviceCaches
+    from trt_kv.runtime.gpu.device import DeviceCaches
 
     caches = DeviceCaches(ODD, capacity=16)
     assert caches.address("past_key_0", 0) % 256 == 0
@@ -30,7 +30,7 @@ def test_every_bound_cache_window_is_256_byte_aligned_or_refused():
 
 @pytest.mark.gpu(tensorrt=False)
 def test_check_window_refuses_a_misaligned_start_for_every_cache():
-    from trt_kv.runtime.device import DeviceCaches
+    from trt_kv.runtime.gpu.device import DeviceCaches
 
     caches = DeviceCaches(ODD, capacity=16)
     caches.check_window(0)
@@ -44,7 +44,7 @@ def test_a_step_at_a_misaligned_window_is_refused_before_any_slot_changes(tmp_pa
     from trt_kv.jobs import build_llama_engine
     from trt_kv.models.llama import LlamaConfig, random_weights
     from trt_kv.runtime import Session
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     # one KV head of 8 float16 values, S_max = 10: 160-byte slots, windows at 0, 8, 16...
     cfg = LlamaConfig(
@@ -79,7 +79,7 @@ def test_a_step_at_a_misaligned_window_is_refused_before_any_slot_changes(tmp_pa
 
 @pytest.mark.gpu(tensorrt=False)
 def test_a_failed_cuda_malloc_leaves_a_buffer_that_collects_cleanly():
-    from trt_kv.runtime.cuda import DeviceBuffer
+    from trt_kv.runtime.gpu.cuda import DeviceBuffer
 
     buf = DeviceBuffer.__new__(DeviceBuffer)
     with pytest.raises(RuntimeError, match="out of memory"):
@@ -135,7 +135,7 @@ def test_a_slot_read_returns_the_bytes_written_before_it():
     # (the float16 conversion), which could be freed before the copy read it.
     import numpy as np
 
-    from trt_kv.runtime.device import DeviceCaches
+    from trt_kv.runtime.gpu.device import DeviceCaches
 
     caches = DeviceCaches(ODD, capacity=2)
     rows = np.arange(80, dtype=np.float32).reshape(1, 10, 8)  # converted to float16 inside

@@ -270,8 +270,8 @@ def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp
     from trt_kv.models.llama.network import LOGITS
     from trt_kv.runtime import Session
     from trt_kv.runtime.backend import last_token_logits
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
     from trt_kv.runtime.interpreter_backend import InterpreterBackend
-    from trt_kv.runtime.trt_backend import TrtBackend
 
     class SkipsTheSynchronize(TrtBackend):
         def run(self, plan):

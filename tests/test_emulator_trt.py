@@ -207,7 +207,7 @@ def test_capture_needs_a_prior_enqueue_and_replays_only_at_its_shapes(gpu):
 
 
 def test_a_sidecar_recipe_rebuilds_an_engine_built_elsewhere(tmp_path):
-    from trt_kv.runtime.engine_loader import load_cuda_engine
+    from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     built = build_doc_example(tmp_path)  # outside the emulator: no build hook saw it
     with emulated_gpu():
@@ -217,7 +217,7 @@ def test_a_sidecar_recipe_rebuilds_an_engine_built_elsewhere(tmp_path):
 
 def test_a_sidecar_without_a_recipe_is_refused(tmp_path):
     from trt_kv.jobs import build_to_file
-    from trt_kv.runtime.engine_loader import load_cuda_engine
+    from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     builder, network, profiles = doc_example_network("float16")  # built outside the emulator
     built = build_to_file(builder, network, profiles, tmp_path / "f16.engine", {"model": "x"})
@@ -236,7 +236,7 @@ def test_close_destroys_graphs_executables_and_the_stream(tmp_path):
     from trt_kv.jobs import build_llama_engine
     from trt_kv.models.llama import random_weights
     from trt_kv.runtime import Session
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     weights = random_weights(TINY_GQA, seed=1, std=0.3)
     with emulated_gpu():

@@ -99,7 +99,7 @@ def test_missing_sidecar_is_refused(doc_engine, tmp_path):
 
 @pytest.mark.gpu
 def test_deserialized_engine_aliases_agree_with_sidecar(tmp_path):
-    from trt_kv.runtime.engine_loader import load_cuda_engine
+    from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     # Built by the test itself, not by the module fixture: without a GPU this runs on the
     # emulated one, which runs engines built while it is active (the fixture may have been

@@ -36,8 +36,8 @@ def engines(tmp_path_factory):
 
 
 def gpu_session(kind, path):
-    from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     if kind == "polygraphy":
         return Session(PolygraphyBackend(path, capacity=CAPACITY))

@@ -44,7 +44,7 @@ def reference_ids(prompts, n):
 def test_polygraphy_binds_aliased_cache_outputs(engines):
     # Defect 1: TrtRunner re-views the feed of an aliased output (obj.view()), which
     # polygraphy.cuda.DeviceView lacks: AttributeError on the first step, before the fix.
-    from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 
     backend = PolygraphyBackend(engines["float32"])
     try:
@@ -56,7 +56,7 @@ def test_polygraphy_binds_aliased_cache_outputs(engines):
 def test_polygraphy_runs_bfloat16_caches(engines):
     # Defect 2: the ml_dtypes bfloat16 NumPy dtype is not a Polygraphy DataType, so
     # TrtRunner's input check refused the caches ("Received unexpected dtype"), before the fix.
-    from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 
     net = build_llama_network(TINY_GQA, WEIGHTS, dtype="bfloat16", **SHAPES)
     expected = generate(Session(InterpreterBackend(net)), PROMPTS, 4)
@@ -73,7 +73,7 @@ def test_a_refused_binding_raises_instead_of_replaying_nothing(engines, tmp_path
     # Before the fix that result was ignored, and so were the failed warm-up and captured
     # enqueues; the step died later on an unrelated ValueError (a logits shape of -1), seen
     # on the emulated device. Now the refusal itself is the error.
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     path = tmp_path / "claims-3.engine"
     path.write_bytes(engines["float32"].read_bytes())
@@ -89,7 +89,7 @@ def test_a_refused_binding_raises_instead_of_replaying_nothing(engines, tmp_path
 
 
 def test_a_batch_no_profile_holds_is_refused_before_anything_runs(engines):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     backend = TrtBackend(engines["float32"], capacity=3)
     s = Session(backend)
@@ -103,7 +103,7 @@ def test_a_batch_no_profile_holds_is_refused_before_anything_runs(engines):
 def test_manual_graphs_after_steps_of_other_shapes_give_reference_ids(engines):
     # Defect 6a: graphs keyed by (lo, B) were replayed after a step of other shapes without
     # a fresh enqueue (the emulated TensorRT refuses that replay), before the fix.
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     backend = TrtBackend(engines["float32"], cuda_graph="manual")
     s = Session(backend)
@@ -125,7 +125,7 @@ def test_rtx_runtime_config_lives_as_long_as_its_context(engines):
     # while its context lived (the emulated context holds it weakly and refuses the enqueue),
     # before the fix.
     from trt_kv._trt import FEATURES
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     if not FEATURES.is_rtx:
         pytest.skip("IRuntimeConfig CUDA graphs are TensorRT-RTX only")

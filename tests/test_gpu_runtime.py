@@ -47,8 +47,8 @@ def reference_ids(n=8):
 
 
 def test_doc_example_engine_matches_reference_and_writes_in_place(tmp_path):
-    from trt_kv.runtime.cuda import DeviceBuffer, create_stream, synchronize
-    from trt_kv.runtime.engine_loader import load_cuda_engine
+    from trt_kv.runtime.gpu.cuda import DeviceBuffer, create_stream, synchronize
+    from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     built = build_doc_example(tmp_path)
     engine, _, _ = load_cuda_engine(built.path)
@@ -73,19 +73,19 @@ def test_doc_example_engine_matches_reference_and_writes_in_place(tmp_path):
 
 
 def test_fast_path_gives_reference_ids(engine_path):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     assert generate(Session(TrtBackend(engine_path)), PROMPTS, 8).ids == reference_ids()
 
 
 def test_polygraphy_path_gives_reference_ids(engine_path):
-    from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 
     assert generate(Session(PolygraphyBackend(engine_path)), PROMPTS, 8).ids == reference_ids()
 
 
 def test_cuda_graph_path_gives_the_same_ids(engine_path):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     assert (
         generate(Session(TrtBackend(engine_path, cuda_graph=True)), PROMPTS, 8).ids
@@ -94,7 +94,7 @@ def test_cuda_graph_path_gives_the_same_ids(engine_path):
 
 
 def test_nan_outside_the_written_window_stays_untouched(engine_path):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     s = Session(TrtBackend(engine_path))
     n, s_max, h = s.storage.slot_shape
@@ -110,7 +110,7 @@ def test_nan_outside_the_written_window_stays_untouched(engine_path):
 
 
 def test_memory_report_counts_every_cache(engine_path):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     mem = Session(TrtBackend(engine_path)).memory()
     assert mem["total"] == 2 * CFG.num_hidden_layers * 2 * 2 * 32 * 16 * 4

@@ -28,7 +28,7 @@ pytestmark = [
 
 
 def _run(engine_path, cache):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     backend = TrtBackend(engine_path, runtime_cache=cache)
     try:
@@ -59,7 +59,7 @@ def test_corrupt_cache_is_ignored_and_replaced(engine_path, tmp_path):
 
 
 def test_cache_path_in_no_folder_or_a_folder_is_refused_before_loading(engine_path, tmp_path):
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     missing = tmp_path / "nope" / "k.rtxcache"
     with pytest.raises(ArgumentError) as err:

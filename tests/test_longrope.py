@@ -281,8 +281,8 @@ def engine(phi3, tmp_path_factory):
 @pytest.mark.parametrize("backend", ["tensorrt", "tensorrt-graph", "polygraphy"])
 def test_engine_on_the_gpu_backends_generates_the_reference_ids(engine, reference_ids, backend):
     """The rope_lengths input is bound like every step input, CUDA graphs included."""
-    from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     if backend == "polygraphy":
         runner = PolygraphyBackend(engine)

@@ -15,7 +15,7 @@ import pytest
 from cli_user import run_cli, user_env
 
 import trt_kv
-from trt_kv.runtime.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
 POLYGRAPHY = shutil.which("polygraphy")
 pytestmark = [

@@ -284,6 +284,6 @@ def test_gpu_backends_refuse_a_capacity_of_zero_before_loading_anything(module, 
     import importlib
 
     cls = {"trt_backend": "TrtBackend", "polygraphy_backend": "PolygraphyBackend"}[module]
-    backend = getattr(importlib.import_module(f"trt_kv.runtime.{module}"), cls)
+    backend = getattr(importlib.import_module(f"trt_kv.runtime.gpu.{module}"), cls)
     with pytest.raises(ArgumentError, match=r"^capacity: expected an integer >= 1, got 0$"):
         backend(tmp_path / "none.engine", capacity=0)  # no file, no GPU needed to refuse

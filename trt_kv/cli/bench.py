@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from trt_kv.examples import load_model
-    from trt_kv.runtime.cuda import require_gpu
+    from trt_kv.runtime.gpu.cuda import require_gpu
     from trt_kv.runtime.session import Session
 
     check_backend_options(args, args.backend)

@@ -30,7 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.errors import ConfigError
     from trt_kv.examples import load_model
     from trt_kv.jobs import build_doc_example
-    from trt_kv.runtime.cuda import gpu_unavailable_reason
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     args.backend, note = generate.pick_backend("auto")

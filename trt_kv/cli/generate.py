@@ -151,7 +151,7 @@ def pick_backend(asked: str) -> tuple[str, str]:
     """``(backend, note)``: ``asked`` as given, or for ``"auto"`` ``tensorrt`` where a GPU is
     usable (a real one, or the emulated one with ``--emulate-gpu``), else ``interpreter``
     with the note `` (auto's pick: no GPU)`` for error messages."""
-    from trt_kv.runtime.cuda import gpu_unavailable_reason
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
     if asked != "auto":
         return asked, ""
@@ -165,7 +165,7 @@ def make_backend(
 ) -> object:
     """The backend ``args.backend`` for this model (building what it needs), with room for
     ``max(batch, --max-batch)`` sequences on every backend."""
-    from trt_kv.runtime.cuda import require_gpu
+    from trt_kv.runtime.gpu.cuda import require_gpu
 
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
@@ -202,10 +202,10 @@ def make_backend(
         print(f"engine {built.path}: {common.engine_status(built)}", file=sys.stderr)
         path = built.path
     if args.backend == "polygraphy":
-        from trt_kv.runtime.polygraphy_backend import PolygraphyBackend
+        from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 
         return PolygraphyBackend(path)
-    from trt_kv.runtime.trt_backend import TrtBackend
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     return TrtBackend(path, cuda_graph=args.cuda_graph, runtime_cache=args.runtime_cache)
 
@@ -216,7 +216,7 @@ def check_engine_model(path: Path, name: str, config: object) -> None:
     vocabulary); EngineFileError for a missing or malformed sidecar or a non-decoder engine."""
     from trt_kv.engine_file import check_engine_files, read_sidecar
     from trt_kv.models.llama import LlamaConfig
-    from trt_kv.runtime.engine_loader import check_decoder_engine
+    from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
     md = check_decoder_engine(path, read_sidecar(check_engine_files(path)))
     built = LlamaConfig.from_json(md["config"])
@@ -344,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
-    from trt_kv.runtime.cuda import require_gpu
+    from trt_kv.runtime.gpu.cuda import require_gpu
 
     args.backend, note = pick_backend(args.backend)
     check_backend_options(args, args.backend, note)

@@ -73,7 +73,7 @@ def engine_layers(path: Path) -> tuple[list | None, str]:
     """TensorRT's engine inspector output (one entry per layer: a name, or a dict when the
     engine was built with ``ProfilingVerbosity.DETAILED``) and where it came from, or None
     and why not: deserializing an engine takes a GPU (or the emulated one)."""
-    from trt_kv.runtime.cuda import gpu_unavailable_reason
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:
@@ -82,7 +82,7 @@ def engine_layers(path: Path) -> tuple[list | None, str]:
 
     from trt_kv._trt import trt
     from trt_kv.errors import EngineFileError
-    from trt_kv.runtime.engine_loader import load_cuda_engine
+    from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     try:
         engine, _, _ = load_cuda_engine(path)

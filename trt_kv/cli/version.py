@@ -21,7 +21,7 @@ def cuda_status() -> str:
     head = f"runtime {_cuda_version(runtime)}, " + (
         f"driver {_cuda_version(driver)}" if driver else "no driver"
     )
-    from trt_kv.runtime.cuda import gpu_unavailable_reason
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:

@@ -72,7 +72,7 @@ def _install_cuda_modules() -> Callable[[], None]:
 
 def _clear_gpu_probe() -> Callable[[], None]:
     """``gpu_unavailable_reason()`` is cached: forget its answer on entry and on exit."""
-    from trt_kv.runtime.cuda import gpu_unavailable_reason
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
     gpu_unavailable_reason.cache_clear()
     return gpu_unavailable_reason.cache_clear

@@ -175,7 +175,7 @@ def lookup(data: bytes) -> EngineRecord:
             mismatch(
                 f"engine sha256 {sha[:16]}",
                 "an engine built in this process under emulated_gpu(), or loaded through "
-                "trt_kv.runtime.engine_loader from a sidecar with a recipe",
+                "trt_kv.runtime.gpu.engine_loader from a sidecar with a recipe",
                 "",
                 "bytes the emulator has never seen",
             )

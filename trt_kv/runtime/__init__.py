@@ -1,7 +1,7 @@
 """Runtime: host cache state, cache storage, backends, the session API and the decode loop.
 
-GPU backends (``TrtBackend``, ``PolygraphyBackend``) are imported from their modules so that
-importing the runtime never needs CUDA.
+GPU backends (``TrtBackend``, ``PolygraphyBackend``) live in :mod:`trt_kv.runtime.gpu` and are
+imported from their modules, so that importing the runtime never needs CUDA.
 """
 
 from trt_kv.runtime.cache_state import CacheState, StepPlan

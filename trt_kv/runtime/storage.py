@@ -2,7 +2,7 @@
 
 One interface, two homes: :class:`HostCaches` (NumPy arrays, for the reference and the
 interpreter) and ``DeviceCaches`` (device memory through cuda-python, in
-``trt_kv.runtime.device``). Slot-level operations (fork, reorder, snapshot, restore, legacy
+``trt_kv.runtime.gpu.device``). Slot-level operations (fork, reorder, snapshot, restore, legacy
 import/export) are written once here, on four primitives each home implements.
 """
 

@@ -21,7 +21,7 @@ Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
 
 ``runtime_cache=PATH`` (TensorRT-RTX): the just-in-time compiler's kernels are loaded from
 ``PATH`` when it holds a cache TensorRT-RTX accepts, and saved there by :meth:`close`
-(:mod:`trt_kv.runtime.runtime_cache`).
+(:mod:`trt_kv.runtime.gpu.runtime_cache`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from trt_kv.errors import ArgumentError, EngineRunError, check_int, mismatch
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
-from trt_kv.runtime.cuda import DeviceBuffer, check, create_stream, synchronize
-from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import check_decoder_engine, load_cuda_engine
+from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
+from trt_kv.runtime.gpu.device import DeviceCaches
+from trt_kv.runtime.gpu.engine_loader import check_decoder_engine, load_cuda_engine
+from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
 from trt_kv.runtime.profiles import select_profile
-from trt_kv.runtime.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
 
 GraphMode = Literal["runtime", "manual"]
 

@@ -8,7 +8,7 @@ from trt_kv import engine_file
 from trt_kv._trt import logger, trt
 from trt_kv.engine_file import EngineMeta, check_engine_aliases
 from trt_kv.errors import EngineFileError, mismatch
-from trt_kv.runtime.cuda import require_gpu
+from trt_kv.runtime.gpu.cuda import require_gpu
 
 DECODER_KEYS = ("config", "max_seq_len", "max_batch", "max_step_tokens")
 

@@ -22,8 +22,8 @@ from trt_kv.errors import check_int
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
-from trt_kv.runtime.device import DeviceCaches
-from trt_kv.runtime.engine_loader import check_decoder_engine, load_cuda_engine
+from trt_kv.runtime.gpu.device import DeviceCaches
+from trt_kv.runtime.gpu.engine_loader import check_decoder_engine, load_cuda_engine
 from trt_kv.runtime.profiles import select_profile
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from trt_kv import dtypes
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.errors import SlotError, mismatch
-from trt_kv.runtime.cuda import DeviceBuffer, require_gpu
+from trt_kv.runtime.gpu.cuda import DeviceBuffer, require_gpu
 from trt_kv.runtime.storage import CacheStorage
 
 ALIGNMENT = 256  # bytes; TensorRT's requirement for every bound tensor address
