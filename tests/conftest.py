@@ -24,7 +24,7 @@ REAL_GPU_REASON = gpu_unavailable_reason()  # None: a real GPU is usable
 
 def emulated(item: pytest.Item) -> bool:
     """Whether ``item`` runs on the emulated GPU (a gpu test on a machine without one)."""
-    return "gpu" in item.keywords and REAL_GPU_REASON is not None
+    return item.get_closest_marker("gpu") is not None and REAL_GPU_REASON is not None
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                         f"(trt_kv.emulator.register_installer(..., provides={needs!r}))"
                     )
                 )
-        if "nvcc" in item.keywords and shutil.which("nvcc") is None:
+        if item.get_closest_marker("nvcc") is not None and shutil.which("nvcc") is None:
             item.add_marker(pytest.mark.skip(reason="needs nvcc (CUDA toolkit) on PATH"))
 
 
