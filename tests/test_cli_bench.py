@@ -47,11 +47,25 @@ def test_a_context_longer_than_a_step_is_prefilled_in_steps(tiny):
 
 
 def test_table_has_prefill_and_decode_columns(tiny):
-    out = bench(tiny, "--batch", "2", "--context", "6").stdout.splitlines()
+    out = bench(tiny, "--backend", "interpreter", "--batch", "2", "--context", "6")
+    out = out.stdout.splitlines()
     assert out[0].split()[0:4] == ["backend", "batch", "context", "S_max"]
     for col in ("prefill ms (min-max)", "prefill tok/s", "decode ms/step (min-max)", "cache MiB"):
         assert col in out[0]
     assert out[2].split()[:4] == ["interpreter", "2", "6", "9"]
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_auto_times_the_interpreter_without_a_gpu_and_says_why_cuda_graph_does_not_apply(tiny):
+    """As generate and demo pick: TensorRT where a GPU is usable, else the interpreter."""
+    r = json.loads(bench(tiny, "--context", "4", "--json").stdout)
+    assert r["backend"] == "interpreter"
+    out = run_cli("bench", "--model", tiny, "--cuda-graph", check=False)
+    assert (out.returncode, out.stderr) == (
+        2,
+        "trt-kv: error: --cuda-graph: expected --backend tensorrt, got interpreter (auto's pick: "
+        "no GPU)\n",
+    )
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")

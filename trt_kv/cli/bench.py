@@ -23,7 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(max_seq_len=None, max_batch=1, runtime_cache=None)  # bench: no cache file
     p.add_argument(
-        "--backend", choices=generate.BACKENDS, default="interpreter", help="backend to time"
+        "--backend",
+        choices=("auto", *generate.BACKENDS),
+        default="auto",
+        help="backend to time (auto: tensorrt where a GPU is usable, else interpreter)",
     )
     p.add_argument("--batch", type=integer(1), nargs="+", default=[1], help="batch sizes")
     p.add_argument("--context", type=integer(1), nargs="+", default=[128], help="prompt lengths")
@@ -144,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.gpu.cuda import require_gpu
     from trt_kv.runtime.session import Session
 
-    check_backend_options(args, args.backend)
+    args.backend, note = generate.pick_backend(args.backend)
+    check_backend_options(args, args.backend, note)
     if args.backend in generate.GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
     check_model(args)
