@@ -185,7 +185,7 @@ def test_max_batch_is_the_capacity_on_cpu_backends_too(tiny_model, backend):
 
 
 def test_bench_refuses_cuda_graph_on_a_cpu_backend_and_zero_sizes(capsys):
-    assert error_of(capsys, "bench", "--cuda-graph") == (
+    assert error_of(capsys, "bench", "--backend", "interpreter", "--cuda-graph") == (
         "--cuda-graph: expected --backend tensorrt, got interpreter"
     )
     assert error_of(capsys, "bench", "--batch", "1", "0").startswith(

@@ -93,8 +93,12 @@ def test_engine_from_another_tensorrt_version_is_refused(doc_engine, tmp_path):
 def test_missing_sidecar_is_refused(doc_engine, tmp_path):
     path = tmp_path / "lonely.engine"
     path.write_bytes(doc_engine.path.read_bytes())
-    with pytest.raises(EngineFileError, match=r"lonely\.engine\.json: expected an existing file"):
+    with pytest.raises(EngineFileError) as err:
         load_engine_file(path)
+    assert str(err.value) == (
+        f"{path}: expected an engine built by trt_kv, with its JSON sidecar beside it: "
+        "lonely.engine.json, got sidecar missing"
+    )
 
 
 @pytest.mark.gpu

@@ -219,12 +219,15 @@ def check_engine_files(path: Path) -> Path:
     """The sidecar path of ``path`` once both files exist.
 
     Raises:
-        EngineFileError: the engine or its sidecar missing (or a folder), naming the path.
+        EngineFileError: the engine missing (or a folder), naming it; its sidecar missing,
+            naming the engine and the sidecar's file name (a file trt_kv did not build, say).
     """
+    if not path.is_file():
+        raise EngineFileError(mismatch(str(path), "an existing file", "", _state(path)))
     side = sidecar_path(path)
-    for p in (path, side):
-        if not p.is_file():
-            raise EngineFileError(mismatch(str(p), "an existing file", "", _state(p)))
+    if not side.is_file():
+        what = "an engine built by trt_kv, with its JSON sidecar beside it:"
+        raise EngineFileError(mismatch(str(path), what, side.name, f"sidecar {_state(side)}"))
     return side
 
 
