@@ -1,7 +1,5 @@
 """``python -m trt_kv``: the ``trt-kv`` command."""
 
-import sys
+from trt_kv.cli import program
 
-from trt_kv.cli import main
-
-sys.exit(main())
+program()

@@ -64,7 +64,7 @@ def _import() -> ModuleType:
             raise TrtKvError(
                 f"{ENV_VAR}: expected an installed module, got {forced!r} ({err})"
             ) from err
-    broken = []  # installed modules that did not load: a missing library, memory, ...
+    broken: list[str] = []  # installed modules that did not load: a missing library, memory, ...
     for name in _CANDIDATES:
         try:
             return importlib.import_module(name)

@@ -20,6 +20,7 @@ from trt_kv.errors import TrtKvError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from typing import NoReturn
 
 # name -> one-line help: here, not in the subcommand modules, so ``trt-kv --help`` imports
 # none. At most 54 characters: the list then fits 80 columns unwrapped (see HELP).
@@ -90,6 +91,27 @@ def make_parser(command: str | None = "*") -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command Ctrl-C ended
+_SIZES = ("max_seq_len", "max_batch", "max_step_tokens")  # options sizing host memory
+
+
+def program() -> NoReturn:
+    """The ``trt-kv`` command (``python -m trt_kv`` too): :func:`main`, then exit with its
+    code; after Ctrl-C, by SIGINT itself, as Python ends on an uncaught KeyboardInterrupt, so
+    that a shell loop running ``trt-kv`` stops as well (an exit status of 130 alone tells the
+    shell the command handled the signal)."""
+    code = main()
+    if code == INTERRUPTED:
+        import os
+        import signal
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(code)
+
+
 def chosen(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` names: its first word (the top-level options take no value),
     or None (``--help``, ``--version``, none, or a word that is no subcommand)."""
@@ -100,8 +122,9 @@ def chosen(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``trt-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code: 2 and
     one ``trt-kv: error: ...`` line on stderr for a :class:`TrtKvError`; 1 and one line for
-    host memory running out; 130 (a shell's code for SIGINT) and ``trt-kv: interrupted``
-    for Ctrl-C. None of them prints a traceback; what the command opened is closed first."""
+    host memory running out; :data:`INTERRUPTED` and ``trt-kv: interrupted`` for Ctrl-C
+    (:func:`program` then ends the process by SIGINT). None of them prints a traceback; the
+    command closes what it opened (``finally``) before the line is printed."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if stored_help_applies(argv):
         sys.stdout.write(HELP)
@@ -122,14 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a newline first ends the line its "^C" (or streamed text) left open.
         opened = "\n" if sys.stderr.isatty() else ""
         print(f"{opened}trt-kv: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except MemoryError as e:  # a step's activations, a cache, a table sized past the RAM
         detail = f" ({e})" if str(e) else ""
-        print(
-            f"trt-kv: error: the host ran out of memory{detail}; try a smaller --max-seq-len,"
-            " --max-batch or --max-step-tokens",
-            file=sys.stderr,
-        )
+        sizes = [f"--{d.replace('_', '-')}" for d in _SIZES if hasattr(args, d)]
+        hint = f"; try a smaller {' or '.join(sizes)}" if sizes else ""
+        print(f"trt-kv: error: the host ran out of memory{detail}{hint}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # ``trt-kv ... | head``: the reader left. Python's documented recipe: point stdout at

@@ -166,19 +166,22 @@ def run(args: argparse.Namespace) -> int:
         }
         backend_args = argparse.Namespace(**{**vars(args), **shape})
         backend = generate.make_backend(backend_args, name, config, weights, capacity)
-        session = Session(backend)
-        for b in args.batch:
-            try:
-                rows.append(measure(session, b, context, args))
-            except MemoryError as err:  # a prefill step's activations, say
-                raise ArgumentError(
-                    mismatch(
-                        "--batch x --context",
-                        "a step that fits host memory (try a smaller --max-step-tokens)",
-                        "",
-                        f"{b} x {context}: MemoryError ({err})",
-                    )
-                ) from err
+        try:
+            session = Session(backend)
+            for b in args.batch:
+                try:
+                    rows.append(measure(session, b, context, args))
+                except MemoryError as err:  # a prefill step's activations, say
+                    raise ArgumentError(
+                        mismatch(
+                            "--batch x --context",
+                            "a step that fits host memory (try a smaller --max-step-tokens)",
+                            "",
+                            f"{b} x {context}: MemoryError ({err})",
+                        )
+                    ) from err
+        finally:
+            getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     if args.json:
         print(json.dumps({"backend": args.backend, "model": name, "results": rows}))
     else:
