@@ -86,3 +86,15 @@ def test_a_query_row_that_sees_no_key_gives_zeros():
     expected = _plain(q, k, v, np.ones_like(mask))  # rows are independent
     expected[0, 0, 1] = 0
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_nan_score_a_query_sees_gives_nan_in_that_row_only():
+    """Key 3 holds NaN: query row 0 sees it (NaN out, as softmax gives), row 1 does not."""
+    q, k, v = _rand(1, 1, 2, 8, seed=19), _rand(1, 1, 5, 8, seed=20), _rand(1, 1, 5, 8, seed=21)
+    k[0, 0, 3] = np.nan
+    mask = np.array([[True, True, True, True, False], [True, True, False, False, True]])
+    out = attention(q, k, v, mask=mask[None, None])
+    assert np.isnan(out[0, 0, 0]).all()
+    np.testing.assert_allclose(
+        out[0, 0, 1], _plain(q, k, v, mask[None, None])[0, 0, 1], rtol=1e-5, atol=1e-6
+    )

@@ -268,8 +268,9 @@ def attention(
         scale: score scale, default ``1/sqrt(H)`` (a Python float: it never widens the dtype).
 
     Returns:
-        ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros; keys no query sees
-        (e.g. unwritten cache rows) never reach the output, whatever they hold.
+        ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros; one whose visible
+        scores hold NaN gives NaN (as a softmax does: it was zeros, hiding the NaN); keys no
+        query sees (e.g. unwritten cache rows) never reach the output, whatever they hold.
 
     Raises:
         ShapeError: Nq is not a multiple of Nkv.
@@ -310,12 +311,9 @@ def attention(
     scores -= peak
     weights = np.exp(scores, out=scores)
     total = np.sum(weights, axis=-1, keepdims=True)
-    # In place (a fresh array per call costs page faults on large scores); a row whose total
-    # is not positive (no visible key, or NaN) gives zeros.
-    positive = total > 0
-    weights = np.divide(weights, total, out=weights, where=positive)
-    if not positive.all():
-        np.copyto(weights, 0.0, where=~positive)
+    # In place (a fresh array per call costs page faults on large scores). A row with no
+    # visible key keeps its zeros (exp(-inf)); a row with a NaN score stays NaN.
+    weights = np.divide(weights, total, out=weights, where=total > 0)
     if v.shape[2] == 1:  # [B, Nkv, G * Sq, Skv] @ [B, Nkv, Skv, H]
         out = weights.reshape(b, nkv, group * sq, skv) @ v[:, :, 0]
     else:  # per-head masks: [B, Nkv, G, Sq, Skv] @ [B, Nkv, G, Skv, H]
