@@ -44,13 +44,17 @@ def _as_at_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_is_one_line_and_exit_130(tiny_model):
-    child = _trt_kv(
-        "generate", "--model", tiny_model, "--backend", "interpreter", "--dtype", "float32",
-        "--max-batch", 1, "--max-seq-len", 100_000, "--max-new-tokens", 99_990,
+def _long_run(model: Path) -> list[str]:
+    """A ``generate`` of ~60 s on the tiny model: 99,990 decode steps."""
+    return [
+        "generate", "--model", str(model), "--backend", "interpreter", "--dtype", "float32",
+        "--max-batch", "1", "--max-seq-len", "100000", "--max-new-tokens", "99990",
         "--ignore-eos", "--prompt-ids", "1,2,3",
-        preexec_fn=_as_at_a_terminal,
-    )  # fmt: skip
+    ]  # fmt: skip
+
+
+def test_ctrl_c_is_one_line_then_the_process_ends_by_sigint(tiny_model):
+    child = _trt_kv(*_long_run(tiny_model), preexec_fn=_as_at_a_terminal)
     try:
         deadline = time.monotonic() + 60
         while not _running(child.pid):
@@ -72,7 +76,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tiny_model):
 def test_ctrl_c_in_process_returns_130_and_keeps_the_caller_running(tiny_model, capsys):
     """``main`` itself returns the code (a caller such as a test keeps its process);
     ``program`` is what ends by SIGINT. A real KeyboardInterrupt, raised by SIGINT sent to
-    this process while ``main`` builds the backend."""
+    this process 1 s into the run."""
     import threading
 
     from trt_kv.cli import INTERRUPTED, main
@@ -83,11 +87,7 @@ def test_ctrl_c_in_process_returns_130_and_keeps_the_caller_running(tiny_model, 
     timer = threading.Timer(1.0, signal.raise_signal, (signal.SIGINT,))
     try:
         timer.start()
-        code = main(
-            ["generate", "--model", str(tiny_model), "--backend", "interpreter",
-             "--dtype", "float32", "--max-batch", "1", "--max-seq-len", "100000",
-             "--max-new-tokens", "99990", "--ignore-eos", "--prompt-ids", "1,2,3"]
-        )  # fmt: skip
+        code = main(_long_run(tiny_model))
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)

@@ -165,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
             "engine": None,
         }
         backend_args = argparse.Namespace(**{**vars(args), **shape})
-        backend = generate.make_backend(backend_args, name, config, weights, capacity)
-        try:
+        with generate.opened_backend(backend_args, name, config, weights, capacity) as backend:
             session = Session(backend)
             for b in args.batch:
                 try:
@@ -180,8 +179,6 @@ def run(args: argparse.Namespace) -> int:
                             f"{b} x {context}: MemoryError ({err})",
                         )
                     ) from err
-        finally:
-            getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     if args.json:
         print(json.dumps({"backend": args.backend, "model": name, "results": rows}))
     else:

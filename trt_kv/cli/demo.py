@@ -64,9 +64,8 @@ def _run(args: argparse.Namespace) -> int:
             "running the same network's decode loop on the CPU interpreter instead",
             file=talk,
         )
-    backend = generate.make_backend(args, model.name, model.config, model.weights, 8)
     where = " (emulated GPU)" if args.emulate_gpu else ""
-    try:
+    with generate.opened_backend(args, model.name, model.config, model.weights, 8) as backend:
         for label, prompt, chat, prompts, tokenizer in asked:
             args.prompt, args.chat = prompt, chat
             shown = f"{label}> {prompt[0]}" if label else f"prompts={args.prompt_ids or prompt}"
@@ -74,6 +73,4 @@ def _run(args: argparse.Namespace) -> int:
             generate.generate_and_print(
                 args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids
             )
-    finally:
-        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     return 0

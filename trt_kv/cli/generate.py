@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,6 +160,19 @@ def pick_backend(asked: str) -> tuple[str, str]:
     if gpu_unavailable_reason() is None:
         return "tensorrt", ""
     return "interpreter", " (auto's pick: no GPU)"
+
+
+@contextmanager
+def opened_backend(
+    args: argparse.Namespace, name: str, config: object, weights: object, batch: int
+) -> Iterator[object]:
+    """:func:`make_backend`, closed when the block ends, however it ends (GPU backends: runner,
+    graphs, stream; CPU backends have nothing to close)."""
+    backend = make_backend(args, name, config, weights, batch)
+    try:
+        yield backend
+    finally:
+        getattr(backend, "close", lambda: None)()
 
 
 def make_backend(
@@ -357,9 +372,6 @@ def _run(args: argparse.Namespace) -> int:
     model = load_model(args.model, progress=not args.quiet)
     prompts, tokenizer = prompts_of(args, model)
     check_fit(args, prompts, "--prompt" if args.prompt is not None else "--prompt-ids")
-    backend = make_backend(args, model.name, model.config, model.weights, len(prompts))
-    try:
+    with opened_backend(args, model.name, model.config, model.weights, len(prompts)) as backend:
         generate_and_print(args, backend, prompts, tokenizer, model.checkpoint.eos_token_ids)
-    finally:
-        getattr(backend, "close", lambda: None)()  # GPU backends: runner, graphs, stream
     return 0
