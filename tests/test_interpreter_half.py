@@ -8,10 +8,51 @@ also checked once by hand, in chunks: no difference.)
 
 from __future__ import annotations
 
+import platform
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from trt_kv.interpreter.half import round_float16, widen
+from trt_kv.interpreter import half
+
+
+def _compiled_helper_expected() -> bool:
+    """True where ``pip install`` builds the helper: a C compiler, an x86-64 Linux processor
+    with F16C (elsewhere the install skips it and the recipes run)."""
+    if platform.machine() != "x86_64" or not (shutil.which("cc") or shutil.which("gcc")):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " f16c" in flags and " avx" in flags
+
+
+_IMPLEMENTATIONS = {"recipes": half.RECIPES, "compiled": half.COMPILED}
+
+
+@pytest.fixture(params=sorted(_IMPLEMENTATIONS))
+def impl(request):
+    """(widen, round_float16) of each implementation: NumPy's recipes, and the compiled
+    helper (F16C), which must have been built wherever a C compiler and that processor are."""
+    pair = _IMPLEMENTATIONS[request.param]
+    if pair is None:
+        if _compiled_helper_expected():
+            pytest.fail("the compiled float16 helper was not built, or did not load")
+        pytest.skip("no compiled float16 helper here (no C compiler, or not x86-64 with F16C)")
+    return pair
+
+
+@pytest.fixture
+def widen(impl):
+    return impl[0]
+
+
+@pytest.fixture
+def round_float16(impl):
+    return impl[1]
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -27,23 +68,44 @@ def _reference(x: np.ndarray) -> np.ndarray:
         return x.astype(np.float16).astype(np.float32)
 
 
-def test_widen_gives_numpys_bits_for_every_float16_value():
+def test_widen_gives_numpys_bits_for_every_float16_value(widen):
     h = _every_float16()
     np.testing.assert_array_equal(_bits(widen(h)), _bits(h.astype(np.float32)))
 
 
-def test_widen_reads_strided_windows():
+def test_widen_reads_strided_windows(widen):
     window = _every_float16().reshape(4, 128, 128)[:, :57, ::3]  # a cache window: not contiguous
     np.testing.assert_array_equal(_bits(widen(window)), _bits(window.astype(np.float32)))
     assert widen(window).shape == window.shape
 
 
-def test_round_float16_keeps_every_float16_value():
+@pytest.mark.parametrize(
+    "window",
+    [
+        lambda c: c[:, :, :57],  # a cache window: runs of 57 * 64 elements, 128 * 64 apart
+        lambda c: c[1:, 1:2, 3:99],  # one run per sequence
+        lambda c: c[:, :, :1, :],  # one row per sequence and head
+        lambda c: c[:, ::2, :40],  # heads skipped: runs still evenly spaced
+        lambda c: c[:, :, 5:9, ::-1],  # reversed: copied first
+        lambda c: c.transpose(0, 2, 1, 3)[:, :100],  # heads inside tokens: copied first
+        lambda c: c[:2, :, :0],  # empty
+    ],
+)
+def test_widen_reads_every_layout_of_a_cache(window, widen):
+    """Windows of a ``[B, N, S_max, H]`` float16 cache holding every float16 value."""
+    cache = np.resize(_every_float16(), (4, 3, 128, 64))
+    view = window(cache)
+    got = widen(view)
+    assert got.shape == view.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(_bits(got), _bits(view.astype(np.float32)))
+
+
+def test_round_float16_keeps_every_float16_value(round_float16):
     x = _every_float16().astype(np.float32)
     np.testing.assert_array_equal(_bits(round_float16(x)), _bits(x))
 
 
-def test_round_float16_rounds_ties_to_even_and_neighbours_to_nearest():
+def test_round_float16_rounds_ties_to_even_and_neighbours_to_nearest(round_float16):
     """Midpoints between consecutive finite float16 values (ties), and one float32 ulp on
     either side of each, in both signs."""
     h = _every_float16()
@@ -56,7 +118,7 @@ def test_round_float16_rounds_ties_to_even_and_neighbours_to_nearest():
     np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
 
 
-def test_round_float16_at_the_edges_of_its_ranges():
+def test_round_float16_at_the_edges_of_its_ranges(round_float16):
     """2^-14 (smallest normal), 2^-24 (smallest subnormal) and below, 65504 (largest),
     65520 (rounds to inf), inf, NaN with payloads, -0."""
     edges = np.array(
@@ -93,14 +155,14 @@ def test_round_float16_at_the_edges_of_its_ranges():
         (0x477FF000, 0x47802000),  # [65520, 65600): rounds to inf
     ],
 )
-def test_round_float16_every_float32_of_the_binades_where_rules_change(lo, hi):
+def test_round_float16_every_float32_of_the_binades_where_rules_change(lo, hi, round_float16):
     """Every float32 with these bit patterns, both signs, in one array."""
     u = np.arange(lo, hi, dtype=np.uint32)
     x = np.concatenate([u, u | np.uint32(0x80000000)]).view(np.float32)
     np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
 
 
-def test_round_float16_known_values():
+def test_round_float16_known_values(round_float16):
     """Written out: ties go to the even neighbour, up or down; 65520 is the first to overflow;
     below 2^-24 halves, towards zero, keeping the sign."""
     x = np.array(
@@ -128,7 +190,7 @@ def test_round_float16_known_values():
 
 @pytest.mark.parametrize("size", [1, 576, 1023, 1024, 1025, 4608, 12288, 73728])
 @pytest.mark.parametrize("outlier", [None, np.inf, np.nan, 70000.0])
-def test_round_float16_random_arrays_of_every_size(size, outlier):
+def test_round_float16_random_arrays_of_every_size(size, outlier, round_float16):
     """Sizes on both sides of the small-array cut; a few values below 2^-14, zeros of both
     signs and ties among normal values; with or without one element of the outlier path."""
     rng = np.random.default_rng(size)
@@ -151,14 +213,14 @@ def test_round_float16_random_arrays_of_every_size(size, outlier):
         np.testing.assert_array_equal(_bits(got), _bits(_reference(view)))
 
 
-def test_small_arrays_take_numpys_casts_with_the_same_results():
+def test_small_arrays_take_numpys_casts_with_the_same_results(widen, round_float16):
     h = _every_float16()[::4096]  # 16 values: below the size where the bit recipes start
     np.testing.assert_array_equal(_bits(widen(h)), _bits(h.astype(np.float32)))
     x = h.astype(np.float32) * np.float32(1.0001)
     np.testing.assert_array_equal(_bits(round_float16(x)), _bits(_reference(x)))
 
 
-def test_round_float16_random_values_and_shapes():
+def test_round_float16_random_values_and_shapes(round_float16):
     rng = np.random.default_rng(0)
     shape = (3, 50, 70)
     x = (rng.standard_normal(shape) * np.exp(rng.uniform(-20, 12, shape))).astype(np.float32)
