@@ -63,6 +63,10 @@ class EngineRunError(TrtKvError, RuntimeError):
     """TensorRT refused a binding or an enqueue of a deserialized engine (see its log)."""
 
 
+class ClosedError(TrtKvError, RuntimeError):
+    """A backend, or the device memory it held, used after its ``close()``."""
+
+
 class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 

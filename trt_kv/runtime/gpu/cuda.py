@@ -6,7 +6,7 @@ from functools import cache
 
 import numpy as np
 
-from trt_kv.errors import ArgumentError, GpuUnavailableError, mismatch
+from trt_kv.errors import ArgumentError, ClosedError, GpuUnavailableError, mismatch
 
 CPU_BACKENDS = ("reference", "interpreter")
 
@@ -58,10 +58,22 @@ class DeviceBuffer:
         self.ptr = 0  # until cudaMalloc succeeds: a failed allocation leaves nothing to free
         self.ptr = int(check(rt.cudaMalloc(max(nbytes, 1))))
 
+    def address(self, offset: int = 0) -> int:
+        """The device address ``offset`` bytes in.
+
+        Raises:
+            ClosedError: the buffer was freed (its backend closed).
+        """
+        if not self.ptr:
+            raise ClosedError(
+                mismatch("device buffer", "allocated memory", "", "freed (its backend closed)")
+            )
+        return self.ptr + offset
+
     def memset(self, value: int = 0, offset: int = 0, nbytes: int | None = None) -> None:
         check(
             self._rt.cudaMemset(
-                self.ptr + offset, value, self.nbytes - offset if nbytes is None else nbytes
+                self.address(offset), value, self.nbytes - offset if nbytes is None else nbytes
             )
         )
 
@@ -72,14 +84,16 @@ class DeviceBuffer:
         kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
         if not stream:  # a temporary made here (contiguous copy) may be freed on return
             host = np.ascontiguousarray(host)
-            check(self._rt.cudaMemcpy(self.ptr + offset, host.ctypes.data, host.nbytes, kind))
+            check(self._rt.cudaMemcpy(self.address(offset), host.ctypes.data, host.nbytes, kind))
             return
         if not host.flags.c_contiguous:  # a contiguous copy made here would die on return
             raise ArgumentError(
                 mismatch("upload host", "a C-contiguous array", "", "a strided one")
             )
         check(
-            self._rt.cudaMemcpyAsync(self.ptr + offset, host.ctypes.data, host.nbytes, kind, stream)
+            self._rt.cudaMemcpyAsync(
+                self.address(offset), host.ctypes.data, host.nbytes, kind, stream
+            )
         )
 
     def download(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> np.ndarray:
@@ -88,7 +102,7 @@ class DeviceBuffer:
         check(
             self._rt.cudaMemcpyAsync(
                 host.ctypes.data,
-                self.ptr + offset,
+                self.address(offset),
                 host.nbytes,
                 self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
                 stream,
@@ -102,8 +116,8 @@ class DeviceBuffer:
     def copy_within(self, src_offset: int, dst_offset: int, nbytes: int) -> None:
         check(
             self._rt.cudaMemcpy(
-                self.ptr + dst_offset,
-                self.ptr + src_offset,
+                self.address(dst_offset),
+                self.address(src_offset),
                 nbytes,
                 self._rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
             )

@@ -37,7 +37,7 @@ class DeviceCaches(CacheStorage):
             SlotError: as :meth:`check_window`.
         """
         self._check_aligned(name, lo)
-        return self.buffers[name].ptr + lo * self.slot_bytes[name]
+        return self.buffers[name].address(lo * self.slot_bytes[name])
 
     def check_window(self, lo: int) -> None:
         """Raise SlotError unless every cache's window at slot ``lo`` is 256-byte aligned
@@ -67,6 +67,12 @@ class DeviceCaches(CacheStorage):
         """Windows of cache ``name`` may start at slots that are multiples of this
         (1 when a slot is a multiple of 256 bytes)."""
         return ALIGNMENT // math.gcd(self.slot_bytes[name], ALIGNMENT)
+
+    def free(self) -> None:
+        """Give every cache buffer back to the device (idempotent); using the caches
+        afterwards raises :class:`~trt_kv.errors.ClosedError`."""
+        for buf in self.buffers.values():
+            buf.free()
 
     def zero(self, slot: int | None = None) -> None:
         for name, buf in self.buffers.items():

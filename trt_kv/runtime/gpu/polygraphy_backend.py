@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv import dtypes
-from trt_kv.errors import check_int
+from trt_kv.errors import ClosedError, check_int, mismatch
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
@@ -78,8 +78,11 @@ class PolygraphyBackend:
         self.view = _cache_view_class()
         self.runner = TrtRunner(engine)
         self.runner.activate()
+        self.closed = False
 
     def run(self, plan: StepPlan) -> np.ndarray:
+        if self.closed:
+            raise ClosedError(mismatch("PolygraphyBackend", "an open backend", "", "closed"))
         steps = step_feed(plan, self.inputs)
         shape = (len(plan.counts), *self.storage.slot_shape)
         feed: dict[str, object] = dict(steps)
@@ -95,4 +98,24 @@ class PolygraphyBackend:
         return last_token_logits(outputs[LOGITS].numpy(), plan)
 
     def close(self) -> None:
-        self.runner.deactivate()
+        """Deactivate the runner (Polygraphy frees its execution context and buffers) and
+        drop it with the engine it holds, then free the caches (idempotent). Any later step
+        raises :class:`ClosedError`; so does the session's cache access (the caches are
+        gone)."""
+        if self.closed:
+            return
+        from polygraphy.cuda import DeviceArray
+
+        self.closed = True
+        runner, self.runner = self.runner, None
+        # Polygraphy 0.53.6's deactivate frees the input buffers and context memory but not
+        # the output allocator's buffers (a DeviceArray frees nothing when collected): the
+        # logits buffer would stay allocated. Found on the emulated device; freed here.
+        allocator = getattr(runner, "output_allocator", None)
+        try:
+            runner.deactivate()
+            for buffer in getattr(allocator, "buffers", {}).values():
+                if isinstance(buffer, DeviceArray):
+                    buffer.free()
+        finally:
+            self.storage.free()

@@ -33,7 +33,7 @@ from typing import Literal
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.errors import ArgumentError, EngineRunError, check_int, mismatch
+from trt_kv.errors import ArgumentError, ClosedError, EngineRunError, check_int, mismatch
 from trt_kv.models.llama.network import LOGITS
 from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
 from trt_kv.runtime.cache_state import StepPlan
@@ -79,6 +79,7 @@ class TrtBackend:
             check_int("capacity", capacity, 1)
         self.graph_mode = _graph_mode(cuda_graph)
         cache_path = None if runtime_cache is None else check_runtime_cache_path(runtime_cache)
+        self.closed = False
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         self.engine, _, self.meta = load_cuda_engine(engine_path)
         md = check_decoder_engine(engine_path, self.meta)
@@ -135,15 +136,15 @@ class TrtBackend:
         for name, shape in shapes.items():
             self._call(ctx.set_input_shape(name, shape), "set_input_shape", name, shape)
         for name in feed:
-            ptr = self.buffers[name].ptr
+            ptr = self.buffers[name].address()
             self._call(ctx.set_tensor_address(name, ptr), "set_tensor_address", name, ptr)
         for alias in self.meta.aliases:
             address = self.storage.address(alias.input, plan.lo)
             for name in (alias.input, alias.output):
                 ok = ctx.set_tensor_address(name, address)
                 self._call(ok, "set_tensor_address", name, hex(address))
-        ok = ctx.set_tensor_address(LOGITS, self.logits.ptr)
-        self._call(ok, "set_tensor_address", LOGITS, hex(self.logits.ptr))
+        ok = ctx.set_tensor_address(LOGITS, self.logits.address())
+        self._call(ok, "set_tensor_address", LOGITS, hex(self.logits.address()))
         # Uploads only once TensorRT took every binding. The host arrays stay referenced
         # until run() has synchronized the stream: an async copy from pageable memory may
         # read its source after cudaMemcpyAsync returns (docs/gpu-results.md).
@@ -185,6 +186,8 @@ class TrtBackend:
         self._graphs[state] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
 
     def run(self, plan: StepPlan) -> np.ndarray:
+        if self.closed:
+            raise ClosedError(mismatch("TrtBackend", "an open backend", "", "closed"))
         self._enqueue(self._bind(plan))
         shape = tuple(self.context.get_tensor_shape(LOGITS))
         host = self.logits.download(np.empty(shape, np.float32), stream=self.stream)
@@ -192,21 +195,39 @@ class TrtBackend:
         return last_token_logits(host, plan)
 
     def close(self) -> None:
-        """Save the runtime cache (``runtime_cache=``), then destroy captured graphs, their
-        executables and the stream (idempotent)."""
-        cache, self.runtime_cache = getattr(self, "runtime_cache", None), None
-        if cache is not None:
-            cache.save()
-        graphs, self._graphs = getattr(self, "_graphs", {}), {}
+        """Release what the backend holds, in order (idempotent): wait for the stream's
+        work, save the runtime cache (``runtime_cache=``), destroy the captured graphs,
+        their executables and the stream, free the caches and step buffers, and drop the
+        execution context before its runtime configuration and engine (TensorRT frees their
+        device memory with them). Any later step raises :class:`ClosedError`; so does the
+        session's cache access (the caches are gone)."""
+        self.closed = True
         stream, self.stream = getattr(self, "stream", None), None
-        if not graphs and stream is None:
-            return
-        rt = self._cuda
+        if stream is not None:
+            with contextlib.suppress(Exception):  # a failed step's error was raised already
+                synchronize(stream)
+        cache, self.runtime_cache = getattr(self, "runtime_cache", None), None
+        try:
+            if cache is not None:
+                cache.save()
+        finally:
+            self._release(stream)
+
+    def _release(self, stream: int | None) -> None:
+        rt = getattr(self, "_cuda", None)
+        graphs, self._graphs = getattr(self, "_graphs", {}), {}
         for graph, graph_exec in graphs.values():
             rt.cudaGraphExecDestroy(graph_exec)
             rt.cudaGraphDestroy(graph)
         if stream is not None:
             rt.cudaStreamDestroy(stream)
+        for buffer in [*getattr(self, "buffers", {}).values(), getattr(self, "logits", None)]:
+            if buffer is not None:
+                buffer.free()
+        if getattr(self, "storage", None) is not None:
+            self.storage.free()
+        self._held = {}
+        self.context = self.runtime_config = self.engine = None  # in this order
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: CUDA may be gone
