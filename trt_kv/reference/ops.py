@@ -205,16 +205,30 @@ def apply_rope(
     r = x.shape[-1] if rotary_dim is None else rotary_dim
     c = cos[position_ids][:, None, :, :]  # [B, 1, S, R/2]
     s = sin[position_ids][:, None, :, :]
-    out = np.empty_like(x, dtype=np.result_type(x, c))
-    if interleaved:
-        x1, x2, o1, o2 = x[..., 0:r:2], x[..., 1:r:2], out[..., 0:r:2], out[..., 1:r:2]
-    else:
-        half = r // 2
-        x1, x2, o1, o2 = x[..., :half], x[..., half:r], out[..., :half], out[..., half:r]
-    np.subtract(x1 * c, x2 * s, out=o1)
-    np.add(x2 * c, x1 * s, out=o2)
+    # Hugging Face's form on whole rows, x * [c, c] + rotate_half(x) * [-s, s] with
+    # rotate_half(x) = [x2, x1]: each pair's x1 c - x2 s and x2 c + x1 s, bit for bit
+    # (a + (-b) is a - b in IEEE arithmetic), in contiguous passes (~2x faster than on
+    # strided half-rows). Interleaved, the pairs are the even and odd elements.
+    dtype = np.result_type(x, c)
+    one, two = (np.s_[..., 0::2], np.s_[..., 1::2]) if interleaved else _halves(r)
+    rows = x[..., :r]  # [B, N, S, R]
+    swapped = np.empty((*x.shape[:-1], r), dtype)  # rotate_half(rows)
+    swapped[one], swapped[two] = rows[two], rows[one]
+    cos_r = np.empty((*c.shape[:-1], r), c.dtype)  # [B, 1, S, R]
+    sin_r = np.empty((*s.shape[:-1], r), s.dtype)
+    cos_r[one], cos_r[two] = c, c
+    sin_r[one], sin_r[two] = -s, s
+    out = np.empty_like(x, dtype=dtype)
+    np.multiply(rows, cos_r, out=out[..., :r])
+    swapped *= sin_r
+    out[..., :r] += swapped
     out[..., r:] = x[..., r:]
     return out
+
+
+def _halves(r: int) -> tuple[tuple, tuple]:
+    """Index expressions of the first and second halves of the leading ``r`` elements."""
+    return np.s_[..., : r // 2], np.s_[..., r // 2 : r]
 
 
 def causal_keep(
