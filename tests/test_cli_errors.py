@@ -313,3 +313,25 @@ def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model):
     finally:
         os.close(write)
     assert (out.returncode, out.stderr) == (1, "")
+
+
+def test_a_dependency_that_does_not_import_is_one_line_naming_it(tiny_model):
+    """A broken environment (here NumPy blocked with ``sys.modules['numpy'] = None``, which
+    makes every import of it fail as a missing module does): exit 1, one line naming the
+    package, no traceback."""
+    import subprocess
+    import sys
+
+    from cli_user import user_env
+
+    child = (
+        "import sys; sys.modules['numpy'] = None; from trt_kv.cli import program; "
+        f"sys.argv = ['trt-kv', 'generate', '--model', {str(tiny_model)!r}, '--prompt-ids', '1']; "
+        "program()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, env=user_env(), check=False
+    )
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("trt-kv: error: the Python package 'numpy' did not import (")

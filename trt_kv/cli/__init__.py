@@ -122,9 +122,10 @@ def chosen(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``trt-kv`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code: 2 and
     one ``trt-kv: error: ...`` line on stderr for a :class:`TrtKvError`; 1 and one line for
-    host memory running out; :data:`INTERRUPTED` and ``trt-kv: interrupted`` for Ctrl-C
-    (:func:`program` then ends the process by SIGINT). None of them prints a traceback; the
-    command closes what it opened (``finally``) before the line is printed."""
+    host memory running out or a dependency that does not import; :data:`INTERRUPTED` and
+    ``trt-kv: interrupted`` for Ctrl-C (:func:`program` then ends the process by SIGINT).
+    None of them prints a traceback; the command closes what it opened (``finally``) before
+    the line is printed."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if stored_help_applies(argv):
         sys.stdout.write(HELP)
@@ -151,6 +152,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = [f"--{d.replace('_', '-')}" for d in _SIZES if hasattr(args, d)]
         hint = f"; try a smaller {' or '.join(sizes)}" if sizes else ""
         print(f"trt-kv: error: the host ran out of memory{detail}{hint}", file=sys.stderr)
+        return 1
+    except ImportError as e:
+        # A dependency missing or broken (uninstalled, a half-upgraded environment, a shared
+        # library it cannot load): one line naming it. trt_kv's own modules keep the traceback.
+        package = (e.name or "").partition(".")[0]
+        if not package or package == "trt_kv":
+            raise
+        print(
+            f"trt-kv: error: the Python package {package!r} did not import ({e}); "
+            "reinstall trt_kv with its requirements (pip install -e . in a checkout)",
+            file=sys.stderr,
+        )
         return 1
     except BrokenPipeError:
         # ``trt-kv ... | head``: the reader left. Python's documented recipe: point stdout at
