@@ -1,6 +1,9 @@
 """Every mistake a user can make on the ``trt-kv`` command line: one line
 ``trt-kv: error: ...`` on stderr, exit status 2, no traceback, nothing built."""
 
+import subprocess
+import sys
+
 import pytest
 from cli_user import run_cli, write_tiny_model
 
@@ -315,23 +318,35 @@ def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model):
     assert (out.returncode, out.stderr) == (1, "")
 
 
+def _program_in_child(blocked: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``trt-kv ARGV`` in a child Python where the module ``blocked`` does not import
+    (``sys.modules[blocked] = None`` makes every import of it fail as a missing one does)."""
+    from cli_user import user_env
+
+    child = (
+        f"import sys; sys.modules[{blocked!r}] = None; from trt_kv.cli import program; "
+        f"sys.argv = ['trt-kv', *{argv!r}]; program()"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, env=user_env(), check=False
+    )
+
+
+def test_an_import_error_inside_trt_kv_keeps_its_traceback(tiny_model):
+    """trt_kv's own modules failing to import is a bug to report, not an environment to fix:
+    the ImportError propagates with its traceback."""
+    argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "1"]
+    out = _program_in_child("trt_kv.runtime.session", argv)
+    assert out.returncode == 1 and out.stdout == ""
+    assert "Traceback" in out.stderr and "trt_kv.runtime.session" in out.stderr
+    assert "did not import" not in out.stderr
+
+
 def test_a_dependency_that_does_not_import_is_one_line_naming_it(tiny_model):
     """A broken environment (here NumPy blocked with ``sys.modules['numpy'] = None``, which
     makes every import of it fail as a missing module does): exit 1, one line naming the
     package, no traceback."""
-    import subprocess
-    import sys
-
-    from cli_user import user_env
-
-    child = (
-        "import sys; sys.modules['numpy'] = None; from trt_kv.cli import program; "
-        f"sys.argv = ['trt-kv', 'generate', '--model', {str(tiny_model)!r}, '--prompt-ids', '1']; "
-        "program()"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", child], capture_output=True, text=True, env=user_env(), check=False
-    )
+    out = _program_in_child("numpy", ["generate", "--model", str(tiny_model), "--prompt-ids", "1"])
     assert (out.returncode, out.stdout) == (1, ""), out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert out.stderr.startswith("trt-kv: error: the Python package 'numpy' did not import (")

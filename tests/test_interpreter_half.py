@@ -8,14 +8,17 @@ also checked once by hand, in chunks: no difference.)
 
 from __future__ import annotations
 
+import importlib.machinery
 import platform
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from trt_kv.interpreter import half
+from trt_kv.errors import DTypeError
+from trt_kv.interpreter import half, half_compiled
 
 
 def _compiled_helper_expected() -> bool:
@@ -228,3 +231,96 @@ def test_round_float16_random_values_and_shapes(round_float16):
     got = round_float16(strided)
     assert got.shape == strided.shape and got.dtype == np.float32
     np.testing.assert_array_equal(_bits(got), _bits(_reference(strided)))
+
+
+@pytest.mark.parametrize("convert", ["widen", "round_float16"])
+@pytest.mark.parametrize("dtype", [">f2", ">f4", "<f8", "<i2", "<i4"])
+def test_other_dtypes_are_refused_before_any_read(convert, dtype):
+    """The compiled helper reads raw memory: another dtype (or byte order) would be read as
+    garbage or past its end. Both implementations refuse it, naming the argument."""
+    name, wanted = {"widen": ("h", "<f2"), "round_float16": ("x", "<f4")}[convert]
+    a = np.zeros(4096, dtype)
+    functions = [getattr(half, convert)]
+    if half.COMPILED is not None:
+        functions.append(getattr(half_compiled, convert))
+    for function in functions:
+        if np.dtype(dtype).str == wanted:
+            continue
+        with pytest.raises(DTypeError, match=f"^{name}: expected dtype {wanted}, got {dtype}$"):
+            function(a)
+
+
+_CACHE = np.zeros((4, 3, 128, 64), np.float16)  # [B, N, S_max, H]
+
+
+@pytest.mark.parametrize(
+    ("view", "runs"),
+    [
+        (_CACHE, (1, 0, 4 * 3 * 128 * 64)),
+        (_CACHE[:, :, :57], (12, 128 * 64, 57 * 64)),
+        (_CACHE[1:, 1:2, 3:99], (3, 3 * 128 * 64, 96 * 64)),
+        (_CACHE[:, :, :1, :], (12, 128 * 64, 64)),
+        (_CACHE[2, 1, 7], (1, 0, 64)),
+        (_CACHE[:, :, :, :5], (4 * 3 * 128, 64, 5)),
+        (_CACHE[:, ::2, :40], None),  # heads 0, 2 of each sequence: not evenly spaced
+        (_CACHE[:, :, 5:9, ::-1], None),
+        (_CACHE.transpose(0, 2, 1, 3), None),
+    ],
+)
+def test_strided_runs_of_cache_windows(view, runs):
+    assert half_compiled.strided_runs(view) == runs
+
+
+def test_widen_of_short_runs_and_misaligned_arrays(widen):
+    """Runs shorter than the helper's minimum, and float16 at an odd address, are copied to
+    a contiguous aligned array first: the values are NumPy's either way."""
+    cache = np.resize(_every_float16(), (4, 3, 128, 64))
+    short = cache[:, :, :, :5]
+    np.testing.assert_array_equal(_bits(widen(short)), _bits(short.astype(np.float32)))
+    raw = np.zeros(2 * 4096 + 1, np.uint8)
+    odd = np.frombuffer(raw.data, np.float16, count=4096, offset=1)
+    odd_bits = odd.view(np.uint16)
+    assert not odd.flags.aligned
+    np.copyto(odd_bits, _every_float16()[::16].view(np.uint16))
+    np.testing.assert_array_equal(_bits(widen(odd)), _bits(odd.astype(np.float32)))
+
+
+def _compile(source: str, out: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a stand-in library")
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+
+
+def test_loader_skips_foreign_stale_and_broken_libraries(tmp_path):
+    """A library without the helper's symbols, one of another signature version, and a file
+    that is no library are passed over; a good build under a later suffix still loads."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    assert len(suffixes) >= 3
+    first, second, third = (tmp_path / f"_float16{s}" for s in suffixes[:3])
+    _compile("int unrelated(void) { return 1; }\n", first)  # foreign: no symbols
+    assert half_compiled.load(tmp_path) is None
+    _compile(
+        f"int trt_kv_float16_ready(void) {{ return {half_compiled.SIGNATURES + 1}; }}\n", second
+    )
+    assert half_compiled.load(tmp_path) is None  # stale: another signature version
+    third.write_text("not a library\n")
+    assert half_compiled.load(tmp_path) is None
+    if half.COMPILED is None:
+        return
+    built = half_compiled.built_files()[0]
+    third.write_bytes(built.read_bytes())
+    assert half_compiled.load(tmp_path) is not None
+
+
+def test_compiled_helper_is_not_older_than_its_source():
+    """A build older than ``_float16.c`` (a checkout that changed the C file without
+    reinstalling) would run the old code: rebuild it."""
+    source = half_compiled.SOURCE
+    for build in half_compiled.built_files():
+        assert build.stat().st_mtime >= source.stat().st_mtime, (
+            f"{build.name} is older than {source.name}: rebuild it "
+            "(pip install -e . or python setup.py build_ext --inplace)"
+        )

@@ -159,8 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         package = (e.name or "").partition(".")[0]
         if not package or package == "trt_kv":
             raise
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(
-            f"trt-kv: error: the Python package {package!r} did not import ({e}); "
+            f"trt-kv: error: the Python package {package!r} did not import ({reason}); "
             "reinstall trt_kv with its requirements (pip install -e . in a checkout)",
             file=sys.stderr,
         )

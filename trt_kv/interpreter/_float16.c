@@ -6,7 +6,7 @@
  * (the instructions set the quiet bit, NumPy keeps the payload as it is), is redone in
  * NumPy's way by the scalar code below.
  *
- * Loaded with ctypes by trt_kv/interpreter/half.py (no Python API here); built by setup.py
+ * Loaded with ctypes by trt_kv/interpreter/half_compiled.py (no Python API here); built by setup.py
  * as an optional extension: without a C compiler, or on another processor, half.py keeps
  * its NumPy recipes. trt_kv_float16_ready() says whether this processor can run the rest:
  * 0 if not, else the version of these functions' signatures (half.py loads only its own).

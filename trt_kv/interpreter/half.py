@@ -14,22 +14,21 @@ float16 value and on every boundary of the float32 ranges), at a fraction of the
   outside that range (zero, subnormal results, overflow to infinity, NaN) take NumPy's cast
   itself, so their bits match by construction.
 
-Where the optional compiled helper ``_float16`` was built (``setup.py``; x86-64 with F16C),
-both take the processor's own conversion instructions instead: the same bits again (NaN
-payloads included), ~0.2 ns an element against the recipes' ~0.7-0.9. :data:`NATIVE` says
+Where the optional compiled helper :mod:`~trt_kv.interpreter.half_compiled` was built
+(``setup.py``; x86-64 with F16C), both take the processor's own conversion instructions
+instead: the same bits again (NaN payloads included), ~0.2 ns an element against the
+recipes' ~0.7-0.9. :data:`NATIVE` says
 which runs; :data:`RECIPES` and :data:`COMPILED` are the two, side by side, for the tests.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import importlib.machinery
-import itertools
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
+
+from trt_kv.interpreter import half_compiled
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below these sizes NumPy's casts win (the recipes below cost 6-10 calls of fixed overhead)
@@ -58,7 +57,10 @@ def _widen_recipe(h: np.ndarray) -> np.ndarray:
     out = np.left_shift(h.view(np.int16), 13, dtype=np.int32)
     out &= _SIGN_AND_MAGNITUDE
     widened = out.view(np.float32)
-    widened *= _REBIAS  # exponent bias 15 -> 127, exact; subnormals become normal
+    # exponent bias 15 -> 127, exact; subnormals become normal. (A float16 subnormal is a
+    # float32 subnormal before this product: under DAZ, set by a library built with
+    # -ffast-math, it would read as zero. NumPy and trt_kv leave MXCSR as it is.)
+    widened *= _REBIAS
     magnitude = np.bitwise_and(h.view(np.uint16), _MAGNITUDE16)
     if magnitude.max() >= _EXPONENT16:  # infinity or NaN: NumPy's cast
         special = magnitude >= _EXPONENT16
@@ -91,91 +93,25 @@ def _round_recipe(x: np.ndarray) -> np.ndarray:
     return rounded
 
 
-_SIGNATURES = 1  # the C file's SIGNATURES: the version of the functions' argument lists
-
-
-def _compiled_library() -> ctypes.CDLL | None:
-    """The compiled helper ``_float16`` beside this file, when it was built and this
-    processor runs it; else None."""
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = Path(__file__).with_name("_float16" + suffix)
-        if path.is_file():
-            try:
-                lib = ctypes.CDLL(str(path))
-            except OSError:
-                return None
-            if lib.trt_kv_float16_ready() != _SIGNATURES:  # another processor; a stale build
-                return None
-            size, pointer = ctypes.c_size_t, ctypes.c_void_p
-            lib.trt_kv_round_float16.argtypes = [pointer, pointer, size]
-            lib.trt_kv_widen_float16.argtypes = [pointer, size, size, size, pointer]
-            lib.trt_kv_round_float16.restype = lib.trt_kv_widen_float16.restype = None
-            return lib
-    return None
-
-
-_LIB = _compiled_library()
-_SMALL_COMPILED = 256  # below this, one NumPy cast costs less than a call through ctypes
-
-
-def _rows(a: np.ndarray) -> tuple[int, int, int] | None:
-    """``(rows, stride, length)`` in elements when ``a``'s elements, in order, are ``rows``
-    runs of ``length`` contiguous ones, ``stride`` apart (a window of a larger array, such
-    as ``cache[:, :, :n]``); None for any other layout."""
-    item, length, k = a.itemsize, 1, a.ndim
-    while k and (a.shape[k - 1] == 1 or a.strides[k - 1] == length * item):
-        length *= a.shape[k - 1]
-        k -= 1
-    outer = [(n, s) for n, s in zip(a.shape[:k], a.strides[:k]) if n != 1]
-    if not outer:
-        return 1, 0, length
-    if any(s0 != s1 * n1 for (_, s0), (n1, s1) in itertools.pairwise(outer)):
-        return None  # the leading axes do not step as one
-    stride = outer[-1][1]
-    if stride < 0 or stride % item:
-        return None
-    return int(np.prod([n for n, _ in outer])), stride // item, length
-
-
-def _widen_compiled(h: np.ndarray) -> np.ndarray:
-    """:func:`widen` with the processor's conversion instructions."""
-    if h.size < _SMALL_COMPILED:
-        return h.astype(np.float32)
-    rows = _rows(h)
-    if rows is None:
-        h = np.ascontiguousarray(h)
-        rows = (1, 0, h.size)
-    out = np.empty(h.shape, np.float32)
-    _LIB.trt_kv_widen_float16(h.ctypes.data, *rows, out.ctypes.data)
-    return out
-
-
-def _round_compiled(x: np.ndarray) -> np.ndarray:
-    """:func:`round_float16` with the processor's conversion instructions."""
-    if x.size < _SMALL_COMPILED:
-        with np.errstate(over="ignore"):
-            return x.astype(np.float16).astype(np.float32)
-    x = np.ascontiguousarray(x)
-    out = np.empty(x.shape, np.float32)
-    _LIB.trt_kv_round_float16(x.ctypes.data, out.ctypes.data, x.size)
-    return out
-
-
 Conversions = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 RECIPES: Conversions = (_widen_recipe, _round_recipe)  # (widen, round_float16) in NumPy
-COMPILED: Conversions | None = None if _LIB is None else (_widen_compiled, _round_compiled)
+COMPILED: Conversions | None = (
+    None if half_compiled.LIB is None else (half_compiled.widen, half_compiled.round_float16)
+)
 NATIVE = COMPILED is not None  # True: widen and round_float16 run the compiled helper
 _WIDEN, _ROUND = COMPILED or RECIPES
 
 
 def widen(h: np.ndarray) -> np.ndarray:
     """``h.astype(np.float32)`` for a float16 array ``h`` (any shape, any strides)."""
+    half_compiled.expect_dtype("h", h, _F16)
     return _WIDEN(h)
 
 
 def round_float16(x: np.ndarray) -> np.ndarray:
     """A new float32 array holding ``x.astype(np.float16).astype(np.float32)`` for a float32
     array ``x``: each element rounded to the nearest float16 (ties to even)."""
+    half_compiled.expect_dtype("x", x, _F32)
     return _ROUND(x)
 
 

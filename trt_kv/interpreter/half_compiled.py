@@ -1,0 +1,104 @@
+"""The optional compiled float16 helper: ``_float16.c`` (x86-64 F16C), loaded with ctypes.
+
+``setup.py`` builds it where a C compiler is; :data:`LIB` is None where it was not built, is
+stale (another signature version) or cannot run on this processor, and
+:mod:`trt_kv.interpreter.half` then keeps its NumPy recipes. :func:`widen` and
+:func:`round_float16` give NumPy's bits exactly, NaN payloads included (~0.2 ns an element).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from trt_kv.errors import DTypeError, mismatch
+
+SIGNATURES = 1  # the C file's SIGNATURES: the version of the functions' argument lists
+SOURCE = Path(__file__).with_name("_float16.c")
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+_SMALL = 256  # below this, one NumPy cast costs less than a call through ctypes
+_MIN_RUN = 8  # shorter runs than this are copied first: one C loop beats many short ones
+
+
+def built_files(folder: Path = SOURCE.parent) -> list[Path]:
+    """The builds of ``_float16`` in ``folder``, one per extension suffix this Python loads."""
+    paths = (folder / f"_float16{s}" for s in importlib.machinery.EXTENSION_SUFFIXES)
+    return [p for p in paths if p.is_file()]
+
+
+def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
+    """The first build in ``folder`` that loads, has this file's :data:`SIGNATURES` and runs
+    on this processor; None if none does (not built, another processor, a stale or foreign
+    library)."""
+    for path in built_files(folder):
+        try:
+            lib = ctypes.CDLL(str(path))
+            if lib.trt_kv_float16_ready() != SIGNATURES:
+                continue
+            size, pointer = ctypes.c_size_t, ctypes.c_void_p
+            lib.trt_kv_round_float16.argtypes = [pointer, pointer, size]
+            lib.trt_kv_widen_float16.argtypes = [pointer, size, size, size, pointer]
+        except (OSError, AttributeError):  # not loadable; a library without our symbols
+            continue
+        lib.trt_kv_round_float16.restype = lib.trt_kv_widen_float16.restype = None
+        return lib
+    return None
+
+
+LIB = load()
+
+
+def strided_runs(a: np.ndarray) -> tuple[int, int, int] | None:
+    """``(runs, stride, length)`` in elements when ``a``'s elements, in order, are ``runs``
+    runs of ``length`` contiguous ones, ``stride`` apart (a window of a larger array, such
+    as ``cache[:, :, :n]`` of ``[B, N, S_max, H]``); None for any other layout."""
+    item, length, k = a.itemsize, 1, a.ndim
+    while k and (a.shape[k - 1] == 1 or a.strides[k - 1] == length * item):
+        length *= a.shape[k - 1]
+        k -= 1
+    outer = [(n, s) for n, s in zip(a.shape[:k], a.strides[:k]) if n != 1]
+    if not outer:
+        return 1, 0, length
+    if any(s0 != s1 * n1 for (_, s0), (n1, s1) in itertools.pairwise(outer)):
+        return None  # the leading axes do not step as one
+    stride = outer[-1][1]
+    if stride < 0 or stride % item:
+        return None
+    return int(np.prod([n for n, _ in outer])), stride // item, length
+
+
+def expect_dtype(name: str, a: np.ndarray, dtype: np.dtype) -> None:
+    """DTypeError unless ``a`` holds ``dtype`` in this machine's byte order (the C code reads
+    raw memory: another type would be read as garbage, or past its end)."""
+    if a.dtype != dtype:
+        raise DTypeError(mismatch(name, "dtype", dtype.str, a.dtype.str))
+
+
+def widen(h: np.ndarray) -> np.ndarray:
+    """``h.astype(np.float32)`` for a float16 array ``h``, any shape and strides."""
+    expect_dtype("h", h, _F16)
+    if h.size < _SMALL:
+        return h.astype(np.float32)
+    runs = strided_runs(h) if h.flags.aligned else None
+    if runs is None or runs[2] < _MIN_RUN:
+        h = np.ascontiguousarray(h)
+        runs = (1, 0, h.size)
+    out = np.empty(h.shape, np.float32)
+    LIB.trt_kv_widen_float16(h.ctypes.data, *runs, out.ctypes.data)
+    return out
+
+
+def round_float16(x: np.ndarray) -> np.ndarray:
+    """A new float32 array: ``x.astype(np.float16).astype(np.float32)`` for float32 ``x``."""
+    expect_dtype("x", x, _F32)
+    if x.size < _SMALL:
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    x = np.require(x, requirements=["C", "A"])
+    out = np.empty(x.shape, np.float32)
+    LIB.trt_kv_round_float16(x.ctypes.data, out.ctypes.data, x.size)
+    return out
