@@ -97,7 +97,24 @@ def test_missing_sidecar_is_refused(doc_engine, tmp_path):
         load_engine_file(path)
     assert str(err.value) == (
         f"{path}: expected an engine built by trt_kv, with its JSON sidecar beside it: "
-        "lonely.engine.json, got sidecar missing"
+        "lonely.engine.json, got missing"
+    )
+
+
+def test_a_folder_in_place_of_the_engine_or_its_sidecar_is_named(doc_engine, tmp_path):
+    folder = tmp_path / "a.engine"
+    folder.mkdir()
+    with pytest.raises(EngineFileError) as err:
+        load_engine_file(folder)
+    assert str(err.value) == f"{folder}: expected an existing file, got a folder"
+    path = tmp_path / "b.engine"
+    path.write_bytes(doc_engine.path.read_bytes())
+    sidecar_path(path).mkdir()
+    with pytest.raises(EngineFileError) as err:
+        load_engine_file(path)
+    assert str(err.value) == (
+        f"{path}: expected an engine built by trt_kv, with its JSON sidecar beside it: "
+        "b.engine.json, got a folder"
     )
 
 

@@ -227,7 +227,7 @@ def check_engine_files(path: Path) -> Path:
     side = sidecar_path(path)
     if not side.is_file():
         what = "an engine built by trt_kv, with its JSON sidecar beside it:"
-        raise EngineFileError(mismatch(str(path), what, side.name, f"sidecar {_state(side)}"))
+        raise EngineFileError(mismatch(str(path), what, side.name, _state(side)))
     return side
 
 
