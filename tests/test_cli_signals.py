@@ -73,6 +73,42 @@ def test_ctrl_c_is_one_line_then_the_process_ends_by_sigint(tiny_model):
     assert out == ""  # generated ids are printed at the end, which never came
 
 
+# A real SIGINT at a chosen point: the moment the parser imports the subcommand's module.
+_INTERRUPT_WHILE_PARSING = """
+import signal, sys
+
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "trt_kv.cli.generate":
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+from trt_kv.cli import program
+sys.argv = ["trt-kv", "generate", "--help"]
+program()
+"""
+
+
+def test_ctrl_c_while_the_arguments_are_parsed_is_one_line_too():
+    """Parsing imports the subcommand (``--version`` imports TensorRT, seconds on a cold
+    disk): Ctrl-C there is the same one line and SIGINT, not a traceback."""
+    child = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_WHILE_PARSING],
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        preexec_fn=_as_at_a_terminal,
+        timeout=60,
+        check=False,
+    )
+    assert (child.returncode, child.stderr, child.stdout) == (
+        -signal.SIGINT,
+        "trt-kv: interrupted\n",
+        "",
+    )
+
+
 def test_ctrl_c_in_process_returns_130_and_keeps_the_caller_running(tiny_model, capsys):
     """``main`` itself returns the code (a caller such as a test keeps its process);
     ``program`` is what ends by SIGINT. A real KeyboardInterrupt, raised by SIGINT sent to

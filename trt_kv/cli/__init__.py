@@ -127,14 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     None of them prints a traceback; the command closes what it opened (``finally``) before
     the line is printed."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if stored_help_applies(argv):
-        sys.stdout.write(HELP)
-        sys.exit(0)  # what argparse's --help does
-    args = make_parser(chosen(argv)).parse_args(argv)
-    from trt_kv import progress
-
-    progress.set_enabled(False if args.quiet else None)
+    args = None  # until parsed: parsing imports the subcommand (TensorRT for --version)
     try:
+        if stored_help_applies(argv):
+            sys.stdout.write(HELP)
+            sys.exit(0)  # what argparse's --help does
+        args = make_parser(chosen(argv)).parse_args(argv)
+        from trt_kv import progress
+
+        progress.set_enabled(False if args.quiet else None)
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
