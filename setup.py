@@ -5,13 +5,21 @@ keeps its NumPy recipes (trt_kv/interpreter/half.py), with the same results, slo
 Everything else about the package is in pyproject.toml.
 """
 
+import hashlib
+from pathlib import Path
+
 from setuptools import Extension, setup
+
+SOURCE = "trt_kv/interpreter/_float16.c"
+# Compiled into the library: the loader takes a build of this very source only
+DIGEST = hashlib.sha256((Path(__file__).parent / SOURCE).read_bytes()).hexdigest()
 
 setup(
     ext_modules=[
         Extension(
             "trt_kv.interpreter._float16",
-            ["trt_kv/interpreter/_float16.c"],
+            [SOURCE],
+            define_macros=[("TRT_KV_FLOAT16_SOURCE", f'"{DIGEST}"')],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -318,7 +318,9 @@ def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model):
     assert (out.returncode, out.stderr) == (1, "")
 
 
-def _program_in_child(blocked: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+def _program_in_child(
+    blocked: str, argv: list[str], **env: str
+) -> subprocess.CompletedProcess[str]:
     """``trt-kv ARGV`` in a child Python where the module ``blocked`` does not import
     (``sys.modules[blocked] = None`` makes every import of it fail as a missing one does)."""
     from cli_user import user_env
@@ -328,8 +330,37 @@ def _program_in_child(blocked: str, argv: list[str]) -> subprocess.CompletedProc
         f"sys.argv = ['trt-kv', *{argv!r}]; program()"
     )
     return subprocess.run(
-        [sys.executable, "-c", child], capture_output=True, text=True, env=user_env(), check=False
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        env=user_env(**env),
+        check=False,
     )
+
+
+def test_a_broken_install_raising_its_own_import_error_is_one_line(tiny_model, tmp_path):
+    """A package whose own ``__init__`` raises ImportError (no module name on it, as NumPy's
+    broken-install error): named from where it was raised; the first line of its message."""
+    from cli_user import ROOT
+
+    fake = tmp_path / "site" / "numpy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("broken install\\nsecond line")\n')
+    argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "1"]
+    out = _program_in_child("unused", argv, PYTHONPATH=f"{fake.parent}:{ROOT}")
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr == (
+        "trt-kv: error: the Python package 'numpy' did not import (broken install); "
+        "reinstall trt_kv with its requirements (pip install -e . in a checkout)\n"
+    )
+
+
+def test_a_dependency_that_does_not_import_while_parsing_is_one_line():
+    """``--version`` imports TensorRT as the arguments are parsed."""
+    out = _program_in_child("numpy", ["--version"])
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("trt-kv: error: the Python package ")
 
 
 def test_an_import_error_inside_trt_kv_keeps_its_traceback(tiny_model):

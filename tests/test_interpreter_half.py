@@ -8,6 +8,8 @@ also checked once by hand, in chunks: no difference.)
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import importlib.machinery
 import platform
 import shutil
@@ -43,7 +45,10 @@ def impl(request):
     pair = _IMPLEMENTATIONS[request.param]
     if pair is None:
         if _compiled_helper_expected():
-            pytest.fail("the compiled float16 helper was not built, or did not load")
+            pytest.fail(
+                "the compiled float16 helper was not built, or did not load (a build of "
+                "another _float16.c is passed over): pip install -e . rebuilds it"
+            )
         pytest.skip("no compiled float16 helper here (no C compiler, or not x86-64 with F16C)")
     return pair
 
@@ -233,21 +238,18 @@ def test_round_float16_random_values_and_shapes(round_float16):
     np.testing.assert_array_equal(_bits(got), _bits(_reference(strided)))
 
 
-@pytest.mark.parametrize("convert", ["widen", "round_float16"])
+@pytest.mark.parametrize("size", [16, 4096])
 @pytest.mark.parametrize("dtype", [">f2", ">f4", "<f8", "<i2", "<i4"])
-def test_other_dtypes_are_refused_before_any_read(convert, dtype):
+def test_other_dtypes_are_refused_before_any_read(dtype, size, widen, round_float16):
     """The compiled helper reads raw memory: another dtype (or byte order) would be read as
-    garbage or past its end. Both implementations refuse it, naming the argument."""
-    name, wanted = {"widen": ("h", "<f2"), "round_float16": ("x", "<f4")}[convert]
-    a = np.zeros(4096, dtype)
-    functions = [getattr(half, convert)]
-    if half.COMPILED is not None:
-        functions.append(getattr(half_compiled, convert))
-    for function in functions:
-        if np.dtype(dtype).str == wanted:
-            continue
-        with pytest.raises(DTypeError, match=f"^{name}: expected dtype {wanted}, got {dtype}$"):
-            function(a)
+    garbage or past its end. Every implementation refuses it, naming the argument."""
+    a = np.zeros(size, dtype)
+    for function, name, wanted in ((widen, "h", "<f2"), (round_float16, "x", "<f4")):
+        if a.dtype.str != wanted:
+            with pytest.raises(
+                DTypeError, match=rf"^{name}: expected dtype {wanted}, got {dtype}$"
+            ):
+                function(a)
 
 
 _CACHE = np.zeros((4, 3, 128, 64), np.float16)  # [B, N, S_max, H]
@@ -265,6 +267,7 @@ _CACHE = np.zeros((4, 3, 128, 64), np.float16)  # [B, N, S_max, H]
         (_CACHE[:, ::2, :40], None),  # heads 0, 2 of each sequence: not evenly spaced
         (_CACHE[:, :, 5:9, ::-1], None),
         (_CACHE.transpose(0, 2, 1, 3), None),
+        (_CACHE[::-1], None),  # sequences in reverse: a negative stride
     ],
 )
 def test_strided_runs_of_cache_windows(view, runs):
@@ -294,33 +297,59 @@ def _compile(source: str, out: Path) -> None:
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
 
 
-def test_loader_skips_foreign_stale_and_broken_libraries(tmp_path):
-    """A library without the helper's symbols, one of another signature version, and a file
-    that is no library are passed over; a good build under a later suffix still loads."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    assert len(suffixes) >= 3
-    first, second, third = (tmp_path / f"_float16{s}" for s in suffixes[:3])
-    _compile("int unrelated(void) { return 1; }\n", first)  # foreign: no symbols
-    assert half_compiled.load(tmp_path) is None
-    _compile(
-        f"int trt_kv_float16_ready(void) {{ return {half_compiled.SIGNATURES + 1}; }}\n", second
+def _stand_in(ready: int, digest: str) -> str:
+    """C source of a library with the helper's four symbols (conversions that do nothing)."""
+    return (
+        f"int trt_kv_float16_ready(void) {{ return {ready}; }}\n"
+        f'const char *trt_kv_float16_source(void) {{ return "{digest}"; }}\n'
+        "void trt_kv_round_float16(void) {}\nvoid trt_kv_widen_float16(void) {}\n"
     )
-    assert half_compiled.load(tmp_path) is None  # stale: another signature version
-    third.write_text("not a library\n")
-    assert half_compiled.load(tmp_path) is None
-    if half.COMPILED is None:
-        return
-    built = half_compiled.built_files()[0]
-    third.write_bytes(built.read_bytes())
+
+
+_OLDER_SOURCE = hashlib.sha256(b"another version of _float16.c").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("library", "loads"),
+    [
+        ("int unrelated(void) { return 1; }\n", False),  # foreign: none of the symbols
+        (_stand_in(half_compiled.SIGNATURES + 1, "{digest}"), False),  # other signatures
+        (_stand_in(half_compiled.SIGNATURES, _OLDER_SOURCE), False),  # an older checkout
+        (_stand_in(0, "{digest}"), False),  # a processor without F16C
+        ("not a library", False),
+        (_stand_in(half_compiled.SIGNATURES, "{digest}"), True),
+    ],
+    ids=["foreign", "signatures", "source", "processor", "text", "own"],
+)
+def test_loader_takes_only_a_build_of_its_signatures_and_source(tmp_path, library, loads):
+    path = tmp_path / f"_float16{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    library = library.replace("{digest}", half_compiled.source_digest())
+    if library.startswith("not"):
+        path.write_text(library)
+    else:
+        _compile(library, path)
+    assert (half_compiled.load(tmp_path) is not None) is loads
+
+
+def test_loader_goes_on_past_a_library_it_cannot_use(tmp_path):
+    """The first suffix holds a foreign library, the last one a usable build: it loads."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    if len(suffixes) < 2:
+        pytest.skip(f"one extension suffix here: {suffixes}")
+    _compile("int unrelated(void) { return 1; }\n", tmp_path / f"_float16{suffixes[0]}")
+    own = _stand_in(half_compiled.SIGNATURES, half_compiled.source_digest())
+    _compile(own, tmp_path / f"_float16{suffixes[-1]}")
     assert half_compiled.load(tmp_path) is not None
 
 
-def test_compiled_helper_is_not_older_than_its_source():
-    """A build older than ``_float16.c`` (a checkout that changed the C file without
-    reinstalling) would run the old code: rebuild it."""
-    source = half_compiled.SOURCE
+def test_the_packaged_build_is_of_this_source():
+    """A build left from an older ``_float16.c`` is not loaded (the recipes run instead):
+    rebuild it after a checkout that changed the C file."""
+    digest = half_compiled.source_digest().encode()
     for build in half_compiled.built_files():
-        assert build.stat().st_mtime >= source.stat().st_mtime, (
-            f"{build.name} is older than {source.name}: rebuild it "
+        lib = ctypes.CDLL(str(build))
+        lib.trt_kv_float16_source.restype = ctypes.c_char_p
+        assert lib.trt_kv_float16_source() == digest, (
+            f"{build.name} was built from another {half_compiled.SOURCE.name}: rebuild it "
             "(pip install -e . or python setup.py build_ext --inplace)"
         )

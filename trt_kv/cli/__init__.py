@@ -112,6 +112,19 @@ def program() -> NoReturn:
     sys.exit(code)
 
 
+def _failed_package(e: ImportError) -> str:
+    """The top-level package an ImportError comes from: the module it names, else (a
+    package's own ``raise ImportError(...)``, as NumPy's for a broken install) the module
+    of the innermost frame it was raised in."""
+    name = e.name
+    if not name:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        name = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return (name or "").partition(".")[0]
+
+
 def chosen(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` names: its first word (the top-level options take no value),
     or None (``--help``, ``--version``, none, or a word that is no subcommand)."""
@@ -157,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as e:
         # A dependency missing or broken (uninstalled, a half-upgraded environment, a shared
         # library it cannot load): one line naming it. trt_kv's own modules keep the traceback.
-        package = (e.name or "").partition(".")[0]
+        package = _failed_package(e)
         if not package or package == "trt_kv":
             raise
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

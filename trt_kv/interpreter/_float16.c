@@ -6,14 +6,22 @@
  * (the instructions set the quiet bit, NumPy keeps the payload as it is), is redone in
  * NumPy's way by the scalar code below.
  *
- * Loaded with ctypes by trt_kv/interpreter/half_compiled.py (no Python API here); built by setup.py
- * as an optional extension: without a C compiler, or on another processor, half.py keeps
- * its NumPy recipes. trt_kv_float16_ready() says whether this processor can run the rest:
- * 0 if not, else the version of these functions' signatures (half.py loads only its own).
+ * Loaded with ctypes by trt_kv/interpreter/half_compiled.py (no Python API here); built by
+ * setup.py as an optional extension: without a C compiler, or on another processor, half.py
+ * keeps its NumPy recipes. trt_kv_float16_ready() says whether this processor can run the
+ * rest: 0 if not, else the version of these functions' signatures; trt_kv_float16_source()
+ * gives the sha256 of this file as it was built. half_compiled.py loads a build only when
+ * both are its own (a build left from an older checkout is passed over).
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#ifndef TRT_KV_FLOAT16_SOURCE
+#define TRT_KV_FLOAT16_SOURCE "" /* built by hand, not by setup.py: no hash to compare */
+#endif
+
+const char *trt_kv_float16_source(void) { return TRT_KV_FLOAT16_SOURCE; }
 
 /* NumPy's float32 -> float16 bits for a NaN: the payload's top 10 bits, never all zero. */
 static uint16_t nan_to_half(uint32_t f) {
@@ -37,7 +45,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx,f16c")))
 
-#define SIGNATURES 1 /* change with any signature below */
+#define SIGNATURES 2 /* change with any signature in this file */
 
 int trt_kv_float16_ready(void) {
     __builtin_cpu_init();

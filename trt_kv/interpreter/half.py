@@ -14,11 +14,12 @@ float16 value and on every boundary of the float32 ranges), at a fraction of the
   outside that range (zero, subnormal results, overflow to infinity, NaN) take NumPy's cast
   itself, so their bits match by construction.
 
-Where the optional compiled helper :mod:`~trt_kv.interpreter.half_compiled` was built
-(``setup.py``; x86-64 with F16C), both take the processor's own conversion instructions
-instead: the same bits again (NaN payloads included), ~0.2 ns an element against the
-recipes' ~0.7-0.9. :data:`NATIVE` says
-which runs; :data:`RECIPES` and :data:`COMPILED` are the two, side by side, for the tests.
+Where the optional compiled library ``_float16`` was built (``setup.py``; x86-64 with F16C),
+both take the processor's own conversion instructions instead, through
+:mod:`~trt_kv.interpreter.half_compiled`: the same bits again (NaN payloads included),
+~0.2 ns an element against the recipes' ~0.7-0.9. :data:`NATIVE` says which runs;
+:data:`RECIPES` and :data:`COMPILED` are the two, side by side, for the tests. Each refuses
+an array of another dtype or byte order (:class:`~trt_kv.errors.DTypeError`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ _QUIET = contextlib.nullcontext()  # nothing to silence: no element overflows
 
 def _widen_recipe(h: np.ndarray) -> np.ndarray:
     """:func:`widen` in NumPy: the bits moved and rescaled."""
+    half_compiled.expect_dtype("h", h, _F16)
     if h.size < _SMALL_WIDEN:
         return h.astype(np.float32)
     # int16 -> int32 repeats the sign in bits 16..31; shifted by 13, bit 31 is the sign and
@@ -70,6 +72,7 @@ def _widen_recipe(h: np.ndarray) -> np.ndarray:
 
 def _round_recipe(x: np.ndarray) -> np.ndarray:
     """:func:`round_float16` in NumPy: Veltkamp's split."""
+    half_compiled.expect_dtype("x", x, _F32)
     if x.size < _SMALL_ROUND:
         with np.errstate(over="ignore"):  # overflow to inf is the rounding asked for
             return x.astype(np.float16).astype(np.float32)
@@ -104,14 +107,12 @@ _WIDEN, _ROUND = COMPILED or RECIPES
 
 def widen(h: np.ndarray) -> np.ndarray:
     """``h.astype(np.float32)`` for a float16 array ``h`` (any shape, any strides)."""
-    half_compiled.expect_dtype("h", h, _F16)
     return _WIDEN(h)
 
 
 def round_float16(x: np.ndarray) -> np.ndarray:
     """A new float32 array holding ``x.astype(np.float16).astype(np.float32)`` for a float32
     array ``x``: each element rounded to the nearest float16 (ties to even)."""
-    half_compiled.expect_dtype("x", x, _F32)
     return _ROUND(x)
 
 

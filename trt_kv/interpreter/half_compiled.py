@@ -1,14 +1,16 @@
-"""The optional compiled float16 helper: ``_float16.c`` (x86-64 F16C), loaded with ctypes.
+"""float16 conversions through the optional compiled library ``_float16`` (x86-64 F16C).
 
-``setup.py`` builds it where a C compiler is; :data:`LIB` is None where it was not built, is
-stale (another signature version) or cannot run on this processor, and
-:mod:`trt_kv.interpreter.half` then keeps its NumPy recipes. :func:`widen` and
-:func:`round_float16` give NumPy's bits exactly, NaN payloads included (~0.2 ns an element).
+``setup.py`` compiles ``_float16.c`` where a C compiler is; this module loads it with ctypes.
+:data:`LIB` is None where it was not built, was built from another version of the C file,
+or cannot run on this processor, and :mod:`trt_kv.interpreter.half` then keeps its NumPy
+recipes. :func:`widen` and :func:`round_float16` (callable only when :data:`LIB` is not
+None) give NumPy's bits exactly, NaN payloads included (~0.2 ns an element).
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.machinery
 import itertools
 from pathlib import Path
@@ -17,8 +19,8 @@ import numpy as np
 
 from trt_kv.errors import DTypeError, mismatch
 
-SIGNATURES = 1  # the C file's SIGNATURES: the version of the functions' argument lists
-SOURCE = Path(__file__).with_name("_float16.c")
+SIGNATURES = 2  # the C file's SIGNATURES: the version of the functions' argument lists
+SOURCE = Path(__file__).with_name("_float16.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 _SMALL = 256  # below this, one NumPy cast costs less than a call through ctypes
 _MIN_RUN = 8  # shorter runs than this are copied first: one C loop beats many short ones
@@ -30,14 +32,28 @@ def built_files(folder: Path = SOURCE.parent) -> list[Path]:
     return [p for p in paths if p.is_file()]
 
 
+def source_digest(source: Path = SOURCE) -> str | None:
+    """The sha256 of the C file, as ``setup.py`` compiles it into the library; None where
+    the file is not installed (then any build of :data:`SIGNATURES` is taken)."""
+    try:
+        return hashlib.sha256(source.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
-    """The first build in ``folder`` that loads, has this file's :data:`SIGNATURES` and runs
-    on this processor; None if none does (not built, another processor, a stale or foreign
+    """The first build in ``folder`` that loads, runs on this processor, has this module's
+    :data:`SIGNATURES` and was compiled from the C file beside this module; None if none
+    does (not built, another processor, a build left from an older checkout, a foreign
     library)."""
+    digest = source_digest()
     for path in built_files(folder):
         try:
             lib = ctypes.CDLL(str(path))
             if lib.trt_kv_float16_ready() != SIGNATURES:
+                continue
+            lib.trt_kv_float16_source.restype = ctypes.c_char_p
+            if digest is not None and lib.trt_kv_float16_source() != digest.encode():
                 continue
             size, pointer = ctypes.c_size_t, ctypes.c_void_p
             lib.trt_kv_round_float16.argtypes = [pointer, pointer, size]
@@ -79,13 +95,14 @@ def expect_dtype(name: str, a: np.ndarray, dtype: np.dtype) -> None:
 
 
 def widen(h: np.ndarray) -> np.ndarray:
-    """``h.astype(np.float32)`` for a float16 array ``h``, any shape and strides."""
+    """``h.astype(np.float32)`` for a float16 array ``h``, any shape and strides (misaligned
+    arrays and other layouts than :func:`strided_runs` reads are copied first)."""
     expect_dtype("h", h, _F16)
     if h.size < _SMALL:
         return h.astype(np.float32)
     runs = strided_runs(h) if h.flags.aligned else None
     if runs is None or runs[2] < _MIN_RUN:
-        h = np.ascontiguousarray(h)
+        h = np.require(h, requirements=["C", "A"])
         runs = (1, 0, h.size)
     out = np.empty(h.shape, np.float32)
     LIB.trt_kv_widen_float16(h.ctypes.data, *runs, out.ctypes.data)
