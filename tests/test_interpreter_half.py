@@ -274,14 +274,37 @@ def test_strided_runs_of_cache_windows(view, runs):
     assert half_compiled.strided_runs(view) == runs
 
 
+def _misaligned_float16(count: int) -> np.ndarray:
+    raw = np.zeros(2 * count + 1, np.uint8)
+    return np.frombuffer(raw.data, np.float16, count=count, offset=1)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(1000, dtype=np.float32),
+        lambda: np.arange(1000, dtype=np.float32)[10:],  # a view, 40 bytes in
+        lambda: np.arange(1000, dtype=np.float32)[::2],
+        lambda: np.arange(1000, dtype=np.float32).reshape(20, 50).T,
+        lambda: _CACHE[:, :, :7],  # a cache window: no buffer to export
+        lambda: _misaligned_float16(100),
+    ],
+    ids=["contiguous", "offset", "strided", "transposed", "window", "misaligned"],
+)
+@pytest.mark.parametrize("writeable", [True, False])
+def test_address_is_numpys_data_pointer(make, writeable):
+    a = make()
+    a.flags.writeable = writeable
+    assert half_compiled.address(a) == a.ctypes.data
+
+
 def test_widen_of_short_runs_and_misaligned_arrays(widen):
     """Runs shorter than the helper's minimum, and float16 at an odd address, are copied to
     a contiguous aligned array first: the values are NumPy's either way."""
     cache = np.resize(_every_float16(), (4, 3, 128, 64))
     short = cache[:, :, :, :5]
     np.testing.assert_array_equal(_bits(widen(short)), _bits(short.astype(np.float32)))
-    raw = np.zeros(2 * 4096 + 1, np.uint8)
-    odd = np.frombuffer(raw.data, np.float16, count=4096, offset=1)
+    odd = _misaligned_float16(4096)
     odd_bits = odd.view(np.uint16)
     assert not odd.flags.aligned
     np.copyto(odd_bits, _every_float16()[::16].view(np.uint16))
