@@ -292,19 +292,24 @@ def test_build_with_a_bad_checkpoint_writes_nothing(capsys, tiny_model, tmp_path
     assert not out.exists()
 
 
-def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model):
-    """``trt-kv generate --json | head -c 0``: stdout's reader is gone before anything is
-    written; Python's documented recipe applies (exit 1, stderr quiet)."""
+@pytest.mark.parametrize("command", ["generate", "--help", "--version"])
+def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model, command):
+    """``trt-kv generate --json | head -c 0`` (and the top-level ``--help``, printed from a
+    stored text, and ``--version``, printed while the arguments are parsed): stdout's reader
+    is gone before anything is written; Python's documented recipe applies (exit 1, stderr
+    quiet)."""
     import os
-    import subprocess
-    import sys
 
     from cli_user import user_env
 
     read, write = os.pipe()
     os.close(read)  # the reader left: every write to stdout fails with EPIPE
     try:
-        argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "1,2", "--json"]
+        argv = {
+            "generate": ["generate", "--model", str(tiny_model), "--prompt-ids", "1,2", "--json"],
+            "--help": ["--help"],
+            "--version": ["--version"],
+        }[command]
         out = subprocess.run(
             [sys.executable, "-m", "trt_kv", *argv],
             stdout=write,
