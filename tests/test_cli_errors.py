@@ -324,14 +324,15 @@ def test_a_reader_that_left_the_pipe_gets_no_traceback(tiny_model, command):
 
 
 def _program_in_child(
-    blocked: str, argv: list[str], **env: str
+    blocked: str | None, argv: list[str], **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """``trt-kv ARGV`` in a child Python where the module ``blocked`` does not import
+    """``trt-kv ARGV`` in a child Python where the module ``blocked``, if any, does not import
     (``sys.modules[blocked] = None`` makes every import of it fail as a missing one does)."""
     from cli_user import user_env
 
+    block = f"sys.modules[{blocked!r}] = None; " if blocked else ""
     child = (
-        f"import sys; sys.modules[{blocked!r}] = None; from trt_kv.cli import program; "
+        f"import sys; {block}from trt_kv.cli import program; "
         f"sys.argv = ['trt-kv', *{argv!r}]; program()"
     )
     return subprocess.run(
@@ -352,7 +353,7 @@ def test_a_broken_install_raising_its_own_import_error_is_one_line(tiny_model, t
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise ImportError("broken install\\nsecond line")\n')
     argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "1"]
-    out = _program_in_child("unused", argv, PYTHONPATH=f"{fake.parent}:{ROOT}")
+    out = _program_in_child(None, argv, PYTHONPATH=f"{fake.parent}:{ROOT}")
     assert (out.returncode, out.stdout) == (1, ""), out.stderr
     assert out.stderr == (
         "trt-kv: error: the Python package 'numpy' did not import (broken install); "

@@ -173,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         package = _failed_package(e)
         if not package or package == "trt_kv":
             raise
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        text = str(e).strip()
+        reason = text.splitlines()[0] if text else type(e).__name__
         print(
             f"trt-kv: error: the Python package {package!r} did not import ({reason}); "
             "reinstall trt_kv with its requirements (pip install -e . in a checkout)",
