@@ -25,14 +25,14 @@ from trt_kv.interpreter import half, half_compiled
 
 def _compiled_helper_expected() -> bool:
     """True where ``pip install`` builds the helper: a C compiler, an x86-64 Linux processor
-    with F16C (elsewhere the install skips it and the recipes run)."""
+    with AVX2, FMA and F16C (elsewhere the install skips it and the recipes run)."""
     if platform.machine() != "x86_64" or not (shutil.which("cc") or shutil.which("gcc")):
         return False
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
-    return " f16c" in flags and " avx" in flags
+    return all(f" {flag}" in flags for flag in ("f16c", "avx2", "fma"))
 
 
 _IMPLEMENTATIONS = {"recipes": half.RECIPES, "compiled": half.COMPILED}
@@ -41,7 +41,8 @@ _IMPLEMENTATIONS = {"recipes": half.RECIPES, "compiled": half.COMPILED}
 @pytest.fixture(params=sorted(_IMPLEMENTATIONS))
 def impl(request):
     """(widen, round_float16) of each implementation: NumPy's recipes, and the compiled
-    helper (F16C), which must have been built wherever a C compiler and that processor are."""
+    helper (AVX2, FMA, F16C), which must have been built wherever a C compiler and that
+    processor are."""
     pair = _IMPLEMENTATIONS[request.param]
     if pair is None:
         if _compiled_helper_expected():
@@ -49,7 +50,9 @@ def impl(request):
                 "the compiled float16 helper was not built, or did not load (a build of "
                 "another _float16.c is passed over): pip install -e . rebuilds it"
             )
-        pytest.skip("no compiled float16 helper here (no C compiler, or not x86-64 with F16C)")
+        pytest.skip(
+            "no compiled float16 helper here (no C compiler, or not x86-64 with AVX2, FMA, F16C)"
+        )
     return pair
 
 
@@ -321,11 +324,12 @@ def _compile(source: str, out: Path) -> None:
 
 
 def _stand_in(ready: int, digest: str) -> str:
-    """C source of a library with the helper's four symbols (conversions that do nothing)."""
+    """C source of a library with the helper's five symbols (functions that do nothing)."""
     return (
         f"int trt_kv_float16_ready(void) {{ return {ready}; }}\n"
         f'const char *trt_kv_float16_source(void) {{ return "{digest}"; }}\n'
         "void trt_kv_round_float16(void) {}\nvoid trt_kv_widen_float16(void) {}\n"
+        "void trt_kv_product_float16(void) {}\n"
     )
 
 
@@ -338,7 +342,7 @@ _OLDER_SOURCE = hashlib.sha256(b"another version of _float16.c").hexdigest()
         ("int unrelated(void) { return 1; }\n", False),  # foreign: none of the symbols
         (_stand_in(half_compiled.SIGNATURES + 1, "{digest}"), False),  # other signatures
         (_stand_in(half_compiled.SIGNATURES, _OLDER_SOURCE), False),  # an older checkout
-        (_stand_in(0, "{digest}"), False),  # a processor without F16C
+        (_stand_in(0, "{digest}"), False),  # a processor without AVX2, FMA or F16C
         ("not a library", False),
         (_stand_in(half_compiled.SIGNATURES, "{digest}"), True),
     ],

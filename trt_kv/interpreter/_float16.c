@@ -1,10 +1,18 @@
-/* float16 <-> float32 conversions with the processor's own instructions (x86-64 F16C).
+/* float16 for the CPU interpreter: conversions with the processor's own instructions, and
+ * products of a few rows against a float16 weight (x86-64 AVX2, FMA and F16C).
  *
- * NumPy converts float16 one element at a time in C (~2-3 ns an element); these convert
- * eight at a time (~0.2 ns). Results are NumPy's bits exactly: finite values and infinities
- * are IEEE round-to-nearest-even either way; NaN, where the instructions and NumPy differ
- * (the instructions set the quiet bit, NumPy keeps the payload as it is), is redone in
+ * Conversions. NumPy converts float16 one element at a time in C (~2-3 ns an element); these
+ * convert eight at a time (~0.2 ns). Results are NumPy's bits exactly: finite values and
+ * infinities are IEEE round-to-nearest-even either way; NaN, where the instructions and NumPy
+ * differ (the instructions set the quiet bit, NumPy keeps the payload as it is), is redone in
  * NumPy's way by the scalar code below.
+ *
+ * Products. out [M, N] = x [M, K] @ w^T for a float16 weight w [N, K] (nn.Linear layout) and
+ * M up to a decode step's batch: each weight element is read from memory once, as 2 bytes,
+ * and widened in registers (exact), where NumPy would need the weight widened to float32
+ * first (4 bytes an element written and read again). Each output element is one float32 sum
+ * in a fixed order (eight running lanes over K, then the lanes, then the K % 8 tail), so it
+ * does not depend on which other rows or weight rows are computed in the same call.
  *
  * Loaded with ctypes by trt_kv/interpreter/half_compiled.py (no Python API here); built by
  * setup.py as an optional extension: without a C compiler, or on another processor, half.py
@@ -43,13 +51,16 @@ static float bits_to_float(uint32_t u) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#define F16C __attribute__((target("avx,f16c")))
+#define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 2 /* change with any signature in this file */
+#define SIGNATURES 3 /* change with any signature in this file */
 
 int trt_kv_float16_ready(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") ? SIGNATURES : 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c")
+               ? SIGNATURES
+               : 0;
 }
 
 /* One float32 rounded to float16 and back, NumPy's bits (NaN included). */
@@ -107,6 +118,75 @@ F16C void trt_kv_widen_float16(const uint16_t *h, size_t rows, size_t stride, si
     for (size_t r = 0; r < rows; r++) widen_run(h + r * stride, y + r * length, length);
 }
 
+
+/* The lanes of v summed in a fixed order. */
+F16C static inline float lanes_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define TILE_W 4 /* weight rows a tile */
+#define TILE_X 2 /* input rows a tile: TILE_W * TILE_X running sums, 8 of 16 registers */
+
+/* out[j * n + i] = x[j] . w[i] for i < nw (<= TILE_W) weight rows and j < nx (<= TILE_X)
+ * input rows, K = k; next: the weight rows of the following tile, fetched into the cache
+ * meanwhile (the processor's prefetcher alone leaves the product waiting on memory). Always
+ * inlined with constant nw and nx: the loops unroll and the sums stay in registers. */
+F16C static inline __attribute__((always_inline)) void tile(const uint16_t *w, size_t k,
+                                                            const float *x, size_t n,
+                                                            float *out, const size_t nw,
+                                                            const size_t nx,
+                                                            const uint16_t *next) {
+    __m256 acc[TILE_W][TILE_X];
+#pragma GCC unroll 4
+    for (size_t i = 0; i < nw; i++)
+#pragma GCC unroll 2
+        for (size_t j = 0; j < nx; j++) acc[i][j] = _mm256_setzero_ps();
+    size_t c = 0;
+    for (; c + 8 <= k; c += 8) {
+        __m256 xv[TILE_X];
+#pragma GCC unroll 2
+        for (size_t j = 0; j < nx; j++) xv[j] = _mm256_loadu_ps(x + j * k + c);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < nw; i++) {
+            __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i * k + c)));
+            _mm_prefetch((const char *)(next + i * k + c), _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (size_t j = 0; j < nx; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (size_t i = 0; i < nw; i++)
+#pragma GCC unroll 2
+        for (size_t j = 0; j < nx; j++) {
+            float s = lanes_sum(acc[i][j]);
+            for (size_t t = c; t < k; t++) s += widen_one(w[i * k + t]) * x[j * k + t];
+            out[j * n + i] = s;
+        }
+}
+
+/* out [rows, n] = x [rows, k] @ w^T for w [n, k] (float16 bits), all three contiguous. A
+ * weight holding infinity or NaN gives what IEEE arithmetic gives (NaN payloads may differ
+ * from NumPy's). */
+F16C void trt_kv_product_float16(const uint16_t *w, size_t n, size_t k, const float *x,
+                                 size_t rows, float *out) {
+    size_t r = 0;
+    for (; r + TILE_W <= n; r += TILE_W) {
+        const uint16_t *wr = w + r * k;
+        /* the next full tile to fetch, or this one again: every read stays inside w */
+        const uint16_t *next = r + 2 * TILE_W <= n ? wr + TILE_W * k : wr;
+        size_t m = 0;
+        for (; m + TILE_X <= rows; m += TILE_X)
+            tile(wr, k, x + m * k, n, out + m * n + r, TILE_W, TILE_X, next);
+        for (; m < rows; m++) tile(wr, k, x + m * k, n, out + m * n + r, TILE_W, 1, next);
+    }
+    for (; r < n; r++)
+        for (size_t m = 0; m < rows; m++)
+            tile(w + r * k, k, x + m * k, n, out + m * n + r, 1, 1, w + r * k);
+}
+
 #else /* another processor or compiler: half.py keeps its NumPy recipes */
 
 int trt_kv_float16_ready(void) { return 0; }
@@ -118,6 +198,11 @@ void trt_kv_round_float16(const float *x, float *y, size_t n) {
 void trt_kv_widen_float16(const uint16_t *h, size_t rows, size_t stride, size_t length,
                           float *y) {
     (void)h, (void)rows, (void)stride, (void)length, (void)y;
+}
+
+void trt_kv_product_float16(const uint16_t *w, size_t n, size_t k, const float *x, size_t rows,
+                            float *out) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
 }
 
 #endif

@@ -27,7 +27,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
 from trt_kv.interpreter.half import round_float16
-from trt_kv.interpreter.layout import fuse_one_row_products
+from trt_kv.interpreter.layout import fuse_one_row_products, keep_float16_weights
 from trt_kv.interpreter.program import SlotProgram, Step, identity, with_frees
 from trt_kv.interpreter.registry import compile_layer, is_float, type_name
 
@@ -144,6 +144,7 @@ class Plan:
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
+            keep_float16_weights(steps)
             fuse_one_row_products(steps)
         self._steps = with_frees(steps, {*self.input_names, *self.output_names})
         self._fed = {  # the dtype each input is fed in: declared, or float32 for wide caches
@@ -296,8 +297,11 @@ def compile_network(
     last one a query may see; a product with a shared matrix runs on ``[rows, K]`` at once,
     against a weight stored ``nn.Linear``-style ``[N, K]`` as a dot product per weight row
     for one row (Q/K/V and gate/up stacked, one call for all), in blocks of weight rows for
-    2..16 rows (:func:`~trt_kv.interpreter.linalg.matrix_multiply`); constants are filled in
-    once; float16 rounds and widens on the bits
+    2..16 rows (:func:`~trt_kv.interpreter.linalg.matrix_multiply`); a float16 weight that only
+    products read stays float16 where the compiled helper is built, read as stored up to 16
+    rows (:func:`~trt_kv.interpreter.layout.keep_float16_weights`: half the bytes of a
+    decode step, half the memory); constants are filled in once; float16 rounds and widens on
+    the bits
     (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
     elements skip a rounding that changes nothing; KV updates are checked on whole arrays.
     Results agree with the plain plan within the compute dtype's rounding (BLAS summation

@@ -1,10 +1,12 @@
-"""float16 conversions through the optional compiled library ``_float16`` (x86-64 F16C).
+"""float16 conversions and float16-weight products through the optional compiled library
+``_float16`` (x86-64 with AVX2, FMA and F16C).
 
 ``setup.py`` compiles ``_float16.c`` where a C compiler is; this module loads it with ctypes.
 :data:`LIB` is None where it was not built, was built from another version of the C file,
 or cannot run on this processor, and :mod:`trt_kv.interpreter.half` then keeps its NumPy
 recipes. :func:`widen` and :func:`round_float16` (callable only when :data:`LIB` is not
-None) give NumPy's bits exactly, NaN payloads included (~0.2 ns an element).
+None) give NumPy's bits exactly, NaN payloads included (~0.2 ns an element);
+:func:`product` multiplies a few rows by a float16 weight read as it is stored.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.errors import DTypeError, mismatch
+from trt_kv.errors import DTypeError, ShapeError, mismatch
 
-SIGNATURES = 2  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 3  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_float16.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -60,9 +62,11 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             size, pointer = ctypes.c_size_t, ctypes.c_void_p
             lib.trt_kv_round_float16.argtypes = [pointer, pointer, size]
             lib.trt_kv_widen_float16.argtypes = [pointer, size, size, size, pointer]
+            lib.trt_kv_product_float16.argtypes = [pointer, size, size, pointer, size, pointer]
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
-        lib.trt_kv_round_float16.restype = lib.trt_kv_widen_float16.restype = None
+        for fn in (lib.trt_kv_round_float16, lib.trt_kv_widen_float16, lib.trt_kv_product_float16):
+            fn.restype = None
         return lib
     return None
 
@@ -140,4 +144,20 @@ def round_float16(x: np.ndarray) -> np.ndarray:
     x = _contiguous_aligned(x)
     out = np.empty(x.shape, np.float32)
     LIB.trt_kv_round_float16(address(x), address(out), x.size)
+    return out
+
+
+def product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x [M, K] @ w^T`` -> float32 ``[M, N]`` for float32 rows ``x`` and a float16 weight
+    ``w [N, K]`` (``nn.Linear`` layout), each weight element read once as stored and widened
+    exactly; sums in float32, each element's in an order that does not depend on ``M`` or on
+    the other rows of ``w`` (so a product of stacked weights gives each one's bits)."""
+    expect_dtype("x", x, _F32)
+    expect_dtype("w", w, _F16)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ShapeError(mismatch("x, w", "[M, K] and [N, K]", "", f"{x.shape} and {w.shape}"))
+    x, w = _contiguous_aligned(x), _contiguous_aligned(w)
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    if out.size:
+        LIB.trt_kv_product_float16(address(w), *w.shape, address(x), x.shape[0], address(out))
     return out

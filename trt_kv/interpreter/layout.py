@@ -1,7 +1,7 @@
-"""Products of one row against several constant matrices, run as one (a fast plan's layout
-of those matrices).
+"""A fast plan's layout of its constant matrices: float16 weights kept as stored, and
+products of one input against several matrices run as one.
 
-:func:`fuse_one_row_products` rewrites the compiled steps of
+:func:`keep_float16_weights` and :func:`fuse_one_row_products` rewrite the compiled steps of
 :class:`~trt_kv.interpreter.executor.Plan` (:class:`~trt_kv.interpreter.program.Step`
 records: ``kernel``, ``inputs``, ``outputs``) in place. The values every layer computes
 stay the same; only which memory the products read, and how many calls they take, change.
@@ -18,24 +18,77 @@ from dataclasses import replace
 
 import numpy as np
 
+from trt_kv.interpreter import half, half_compiled
 from trt_kv.interpreter.linalg import row_dots
+
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def _constants(steps: list) -> dict[str, int]:
+    """Constant tensor name -> index of the step that holds it (run once, at compile time)."""
+    return {
+        step.outputs[0][0]: i
+        for i, step in enumerate(steps)
+        if step.kernel.rounded and not step.inputs and len(step.outputs) == 1
+    }
+
+
+def _with_value(step: object, value: np.ndarray) -> object:
+    return replace(step, kernel=replace(step.kernel, fn=lambda x, v=value: v))
+
+
+def keep_float16_weights(steps: list) -> None:
+    """Place the float16 constants a fast float32 plan compiled as float16
+    (:func:`~trt_kv.interpreter.weights.constant_array`): a matrix that only linear products
+    read as their weight (``x @ W^T``, ``W [1.., N, K]``) stays float16, and those products
+    read it as stored (:func:`~trt_kv.interpreter.linalg.narrow_weight_product`: a decode
+    step moves half the bytes); every other one is widened here, once, as before. A matrix
+    that other layers read too (a tied embedding, gathered and read by the output head) is
+    widened for them, and its products get a float16 copy. Without the compiled helper
+    (:data:`~trt_kv.interpreter.half.NATIVE` False) every float16 constant is widened."""
+    readers: dict[str, list[tuple[int, int]]] = {}
+    for k, step in enumerate(steps):
+        for j, (name, _) in enumerate(step.inputs):
+            readers.setdefault(name, []).append((k, j))
+    for name, i in _constants(steps).items():
+        value = steps[i].kernel.fn(())
+        if value.dtype != _F16:
+            continue
+        uses = readers.get(name, [])
+        products = [k for k, j in uses if j == 1 and steps[k].kernel.linear]
+        if not half.NATIVE or _matrix(value) is None or not products:
+            steps[i] = _with_value(steps[i], _read_only(half.widen(value)))
+            continue
+        if len(products) < len(uses):  # other readers: they get it widened, products narrow
+            steps[i] = _with_value(steps[i], _read_only(half.widen(value)))
+            for k in products:
+                fn = steps[k].kernel.fn
+                narrow = lambda x, f=fn, w=value: f([x[0], w])  # noqa: E731
+                steps[k] = replace(steps[k], kernel=replace(steps[k].kernel, fn=narrow))
+            continue
+        for k in products:  # read as stored: no cast to the compute dtype on the way in
+            inputs = list(steps[k].inputs)
+            inputs[1] = (inputs[1][0], False)
+            steps[k] = replace(steps[k], inputs=tuple(inputs))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def fuse_one_row_products(steps: list) -> None:
     """Store the constant matrices of the products that read one input (a decoder block's
     Q, K and V projections; its gate and up projections) one above the other in one
     ``[sum N, K]`` array, each constant becoming a view of its rows: the same values, the
-    same row-major layout, no extra memory. With one row in the input, the first of those
-    products runs them all as one dot product per matrix row
-    (:func:`~trt_kv.interpreter.linalg.row_dots`, as each product alone would: the same
-    bits) and the others take their part of it; with more
+    same row-major layout, no extra memory. With one row in the input (float16 matrices:
+    up to 16 rows), the first of those products runs them all as one call
+    (:func:`~trt_kv.interpreter.linalg.row_dots`, float16:
+    :func:`~trt_kv.interpreter.half_compiled.product`; each element's sum is the one the
+    product alone computes: the same bits) and the others take their part of it; with more
     rows each runs on its own, as before.
     """
-    constants = {
-        step.outputs[0][0]: i
-        for i, step in enumerate(steps)
-        if step.kernel.rounded and not step.inputs and len(step.outputs) == 1
-    }
+    constants = _constants(steps)
     groups: dict[str, list[int]] = {}
     for k, step in enumerate(steps):
         if step.kernel.linear and len(step.inputs) == 2 and step.inputs[1][0] in constants:
@@ -62,7 +115,7 @@ def fuse_one_row_products(steps: list) -> None:
             i = constants[name]
             shape = steps[i].kernel.fn(()).shape  # [1.., N, K]
             view = joined[lo:hi].reshape(shape)
-            steps[i] = replace(steps[i], kernel=replace(steps[i].kernel, fn=lambda x, v=view: v))
+            steps[i] = _with_value(steps[i], view)
             fn = shared.rows(steps[k].kernel.fn, lo, hi)
             steps[k] = replace(steps[k], kernel=replace(steps[k].kernel, fn=fn))
             lo = hi
@@ -78,10 +131,13 @@ def _matrix(value: np.ndarray) -> np.ndarray | None:
 
 
 class _OneRowProduct:
-    """``joined @ x`` for the one-row input last seen, shared by the products of a group."""
+    """``x @ joined^T`` for the input last seen, shared by the products of a group: inputs of
+    one row (float16 ``joined``: up to 16 rows)."""
 
     def __init__(self, joined: np.ndarray) -> None:
         self.joined = joined
+        narrow = joined.dtype == _F16
+        self.max_rows, self.input_dtype = (16, _F32) if narrow else (1, joined.dtype)
         # (input, its values, product): the input is held, so its identity cannot be reused,
         # and its values are kept, so a caller's array changed in place between runs is not
         # served the old product; one tuple, swapped whole, so plans run from several threads
@@ -94,11 +150,18 @@ class _OneRowProduct:
 
         def run(x: list) -> np.ndarray:
             a = x[0]
-            if a.ndim < 2 or a.size != a.shape[-1] or a.dtype != self.joined.dtype:
+            k = a.shape[-1] if a.ndim >= 2 else 0
+            if not k or a.size > k * self.max_rows or a.dtype != self.input_dtype:
                 return fn(x)
             last = self.last
             if last[0] is not a or not np.array_equal(last[1], a):
-                last = self.last = (a, a.copy(), row_dots(self.joined, a.reshape(-1)))
-            return last[2][lo:hi].reshape(*a.shape[:-1], hi - lo)
+                last = self.last = (a, a.copy(), self._product(a.reshape(-1, k)))
+            return last[2][:, lo:hi].reshape(*a.shape[:-1], hi - lo)
 
         return run
+
+    def _product(self, rows: np.ndarray) -> np.ndarray:
+        """``rows [M, K] @ joined^T`` -> ``[M, sum N]``."""
+        if self.joined.dtype == _F16:
+            return half_compiled.product(rows, self.joined)
+        return row_dots(self.joined, rows[0])[None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv._trt import trt
+from trt_kv.interpreter import half, half_compiled
 from trt_kv.interpreter.registry import (
     Array,
     Context,
@@ -88,6 +89,33 @@ def _few_rows(a: Array, w: Array) -> Array:
     return np.ascontiguousarray(out.T)
 
 
+_F16 = np.dtype(np.float16)
+_HALF_ROWS = 16  # rows up to which a float16 weight is multiplied as stored
+_WIDE_BLOCK = 1 << 22  # elements of a float16 weight widened at once for more rows (16 MB)
+
+
+def narrow_weight_product(a: Array, w: Array) -> Array:
+    """``a [..., M, K] @ w^T`` for a float16 weight ``w [1.., N, K]`` that a fast plan keeps
+    narrow (:func:`~trt_kv.interpreter.layout.keep_float16_weights`), ``a`` float32. Up to
+    16 rows in all (a decode step): the compiled product, which reads each weight element
+    once as its 2 bytes (half the memory traffic of a float32 copy, the bound of a decode
+    step). More rows (a prefill chunk): one BLAS product against ``w`` widened for the call
+    (exact; in blocks of weight rows for a matrix over 16 MB widened). Results agree with
+    the product against ``w`` widened once within float32 rounding (summation order)."""
+    k, n = w.shape[-1], w.shape[-2]
+    matrix = w.reshape(n, k)
+    rows = a.reshape(-1, k)
+    if rows.shape[0] <= _HALF_ROWS:
+        out = half_compiled.product(rows, matrix)
+    else:
+        step = max(1, _WIDE_BLOCK // max(k, 1))
+        out = np.empty((rows.shape[0], n), np.float32)
+        for lo in range(0, n, step):
+            np.matmul(rows, half.widen(matrix[lo : lo + step]).T, out=out[:, lo : lo + step])
+    lead = np.broadcast_shapes(a.shape[:-2], w.shape[:-2])
+    return out.reshape(*lead, a.shape[-2], n)
+
+
 @handles(trt.LayerType.MATRIX_MULTIPLY, trt.IMatrixMultiplyLayer)
 def matrix_multiply(layer: object, ctx: Context) -> Kernel:
     """``op0(A) @ op1(B)`` over the last two axes, leading axes broadcast. VECTOR treats the
@@ -96,6 +124,8 @@ def matrix_multiply(layer: object, ctx: Context) -> Kernel:
     fast = ctx.fast
 
     def run(x: Inputs) -> Array:
+        if x[1].dtype == _F16:  # a weight read transposed, kept narrow by a fast plan
+            return narrow_weight_product(x[0], x[1])
         a, b = _operand(x[0], op0), _operand(x[1], op1)
         vec_a, vec_b = op0 == _M.VECTOR, op1 == _M.VECTOR
         if vec_a and vec_b:

@@ -20,14 +20,16 @@ from trt_kv.interpreter.registry import (
 )
 from trt_kv.interpreter.weights import constant_array
 
+_F32 = np.dtype(np.float32)
 _S = trt.SampleMode
 _G = trt.GatherMode
 
 
 @handles(trt.LayerType.CONSTANT, trt.IConstantLayer)
 def constant(layer: object, ctx: Context) -> Kernel:
-    """The weights, converted once here (floats to the compute dtype) and never copied again."""
-    value = constant_array(layer, ctx.compute)
+    """The weights, converted once here (floats to the compute dtype; a fast float32 plan keeps
+    float16 ones for its layout pass to place) and never copied again."""
+    value = constant_array(layer, ctx.compute, keep_float16=ctx.fast and ctx.compute == _F32)
     return Kernel(lambda x: value, rounded=True)
 
 

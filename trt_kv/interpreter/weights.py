@@ -34,11 +34,13 @@ def _raw_weights(weights: object, np_dtype: np.dtype, name: str) -> np.ndarray:
     )
 
 
-def constant_array(layer: object, compute: np.dtype) -> np.ndarray:
+def constant_array(layer: object, compute: np.dtype, keep_float16: bool = False) -> np.ndarray:
     """The value of an ``IConstantLayer`` with its declared shape, read-only.
 
     Float weights (float32/float16/bfloat16) come back in ``compute`` (exact: every such value
-    is representable); integer and bool weights keep their dtype.
+    is representable), float16 ones as float16 with ``keep_float16`` (a fast plan decides
+    later which to widen, see :func:`~trt_kv.interpreter.layout.keep_float16_weights`);
+    integer and bool weights keep their dtype.
 
     Raises:
         UnsupportedLayerError: weights of a dtype trt_kv has no NumPy type for (int4, fp8...).
@@ -58,7 +60,9 @@ def constant_array(layer: object, compute: np.dtype) -> np.ndarray:
     elif raw.dtype != np_dtype:  # e.g. bool weights exposed as uint8
         raw = raw.view(np_dtype) if raw.dtype.itemsize == np_dtype.itemsize else raw
     out = raw.reshape(shape)
-    if declared in (trt.float32, trt.float16, trt.bfloat16):
+    if keep_float16 and declared == trt.float16:
+        out = np.array(out, dtype=np.float16, copy=True)
+    elif declared in (trt.float32, trt.float16, trt.bfloat16):
         out = out.astype(compute)
     else:
         out = np.array(out, dtype=np_dtype, copy=True)

@@ -1,0 +1,179 @@
+"""float16 weights read as stored: the compiled product and a fast plan's narrow weights.
+
+A fast float32 plan of a float16 network keeps each weight that only products read as
+float16 and multiplies it as stored (``half_compiled.product`` up to 16 rows: half the bytes
+of a decode step; more rows against the weight widened for the call). Expected values are
+float64 products of the same float16 values; the plain plan (every constant widened once,
+NumPy's products) is the yardstick of the fast one.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from test_interpreter_half import _compiled_helper_expected
+from test_interpreter_support import Net, rand
+
+from trt_kv._trt import trt
+from trt_kv.errors import DTypeError, ShapeError
+from trt_kv.interpreter import compile_network, half, half_compiled
+
+M = trt.MatrixOperation
+
+
+@pytest.fixture(autouse=True)
+def _compiled():
+    """Every test here needs the compiled helper, which must be built wherever it can be."""
+    if half.COMPILED is None:
+        if _compiled_helper_expected():
+            pytest.fail("the compiled float16 helper was not built: pip install -e . builds it")
+        pytest.skip("no compiled float16 helper here (no C compiler, or not x86-64 AVX2/FMA)")
+
+
+def _float32_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Float32 rounding of a sum of K products, relative to the sum of their magnitudes."""
+    k = max(x.shape[-1], 1)
+    return 2 * k * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w.astype(np.float32)).T)
+
+
+@pytest.mark.parametrize(
+    ("rows", "n", "k"),
+    [(1, 7, 577), (2, 9, 8), (3, 4, 3), (16, 1000, 333), (5, 13, 1536), (1, 1, 1)],
+)
+def test_product_is_the_float64_product_within_float32_rounding(rows, n, k):
+    """Every tile shape: weight rows in fours and a remainder, input rows in pairs and a
+    remainder, K in eights and a tail (K below 8 is all tail)."""
+    x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype="float16")
+    out = half_compiled.product(x, w)
+    expected = x.astype(np.float64) @ w.astype(np.float64).T
+    assert out.dtype == np.float32 and out.shape == (rows, n)
+    assert (np.abs(out - expected) <= _float32_bound(x, w)).all()
+
+
+@pytest.mark.parametrize(("rows", "n", "k"), [(0, 4, 8), (3, 0, 8), (2, 3, 0)])
+def test_product_of_empty_operands(rows, n, k):
+    out = half_compiled.product(rand(rows, k), rand(n, k, dtype="float16"))
+    np.testing.assert_array_equal(out, np.zeros((rows, n), np.float32))
+
+
+def test_each_element_has_the_same_bits_whatever_is_computed_with_it():
+    """An element's sum does not depend on the other rows of x or of w in the call: rows one
+    at a time, weight rows sliced anywhere (across a tile of four) and two weights stacked
+    all give the bits of the one call. This is what lets a plan run Q/K/V as one product."""
+    x, w = rand(7, 200, seed=3), rand(22, 200, seed=4, dtype="float16")
+    whole = half_compiled.product(x, w)
+    for m in range(7):
+        np.testing.assert_array_equal(half_compiled.product(x[m : m + 1], w), whole[m : m + 1])
+    np.testing.assert_array_equal(half_compiled.product(x, w[5:19]), whole[:, 5:19])
+    other = rand(9, 200, seed=5, dtype="float16")
+    stacked = half_compiled.product(x, np.concatenate([w, other]))
+    np.testing.assert_array_equal(stacked[:, :22], whole)
+    np.testing.assert_array_equal(stacked[:, 22:], half_compiled.product(x, other))
+
+
+def test_strided_operands_are_read_as_their_values():
+    x = rand(6, 64, seed=6)[::2]  # rows 2 apart
+    w = rand(64, 9, seed=7, dtype="float16").T  # [9, 64], a transposed view: not contiguous
+    expected = x.astype(np.float64) @ w.astype(np.float64).T
+    assert (np.abs(half_compiled.product(x, w) - expected) <= _float32_bound(x, w)).all()
+
+
+def test_infinity_and_nan_in_a_weight_give_ieee_results():
+    x = np.ones((2, 16), np.float32)
+    w = np.ones((3, 16), np.float16)
+    w[0, 3], w[1, 15] = np.inf, np.nan
+    out = half_compiled.product(x, w)
+    assert np.isposinf(out[:, 0]).all() and np.isnan(out[:, 1]).all()
+    np.testing.assert_array_equal(out[:, 2], [16.0, 16.0])
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "error", "names"),
+    [
+        (rand(2, 8, dtype="float16"), rand(3, 8, dtype="float16"), DTypeError, "x"),
+        (rand(2, 8), rand(3, 8), DTypeError, "w"),
+        (rand(2, 8), rand(3, 9, dtype="float16"), ShapeError, "x, w"),
+        (rand(8), rand(3, 8, dtype="float16"), ShapeError, "x, w"),
+    ],
+    ids=["x float16", "w float32", "K differs", "x not a matrix"],
+)
+def test_product_refuses_other_dtypes_and_shapes(x, w, error, names):
+    with pytest.raises(error, match=f"^{names}: expected"):
+        half_compiled.product(x, w)
+
+
+def _float16_linear(w: np.ndarray, rows: int) -> tuple[Net, dict[str, np.ndarray]]:
+    """``x [rows, K] @ W^T`` in float16, W a constant ``[N, K]`` read transposed."""
+    net = Net()
+    x = net.input("x", "float16", (-1, w.shape[1]))
+    product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
+    net.mark(product.get_output(0))
+    feed = {"x": rand(rows, w.shape[1], seed=8, dtype="float16")}
+    net.build(feed)
+    return net, feed
+
+
+def _agree_within_one_float16_rounding(fast: np.ndarray, plain: np.ndarray, x, w) -> None:
+    """Both round a float32 sum to float16: equal, or one float16 ulp apart where the two
+    float32 sums (other summation orders) fall on either side of a rounding boundary."""
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert fast.dtype == plain.dtype == np.float16
+    gap = np.abs(fast.astype(np.float64) - plain.astype(np.float64))
+    assert (gap <= ulp + _float32_bound(x.astype(np.float32), w)).all()
+    assert (gap == 0).mean() > 0.95
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 40])
+def test_float16_weight_fast_and_plain_agree(rows):
+    """Up to 16 rows: the compiled product; 17 and more: one product against W widened."""
+    w = rand(300, 200, seed=9, dtype="float16")
+    net, feed = _float16_linear(w, rows)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    _agree_within_one_float16_rounding(fast, plain, feed["x"], w)
+
+
+def test_a_weight_over_16_mb_widened_is_multiplied_in_blocks():
+    """``[4200, 1024]`` float16 (8.4 MB; 16.8 MB widened) and 17 rows: two blocks of rows."""
+    w = rand(4200, 1024, seed=10, dtype="float16")
+    net, feed = _float16_linear(w, 17)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    _agree_within_one_float16_rounding(fast, plain, feed["x"], w)
+
+
+def test_fast_plan_holds_a_product_weight_as_float16():
+    """A ``[2048, 1024]`` float16 weight is 4 MiB as stored, 8 MiB widened: the fast plan
+    holds the first (the plain plan the second)."""
+    w = rand(2048, 1024, seed=11, dtype="float16")
+    net, feed = _float16_linear(w, 2)
+    held = {}
+    for fast in (True, False):
+        tracemalloc.start()
+        plan = compile_network(net.network, fast=fast)
+        held[fast] = tracemalloc.get_traced_memory()[0] / 2**20
+        tracemalloc.stop()
+        assert plan.run(feed)["out"].shape == (2, 2048)
+    assert held[True] < 5 < 8 < held[False], held
+
+
+@pytest.mark.parametrize("rows", [1, 3, 20])
+def test_tied_float16_table_gathered_wide_and_multiplied_narrow(rows):
+    """A float16 table gathered by token and tied to the head: the gather reads it widened
+    (its rows exact), the head a float16 copy; logits agree with the plain plan."""
+    table = rand(4096, 256, seed=12, dtype="float16")
+    net = Net()
+    ids = net.input("ids", "int32", (-1,))
+    t = net.const(table)
+    x = net.network.add_gather(t, ids, 0).get_output(0)  # [rows, 256]
+    net.mark(x, "rows")
+    net.mark(net.network.add_matrix_multiply(x, M.NONE, t, M.TRANSPOSE).get_output(0), "logits")
+    feed = {"ids": np.arange(5, 5 + 7 * rows, 7, dtype=np.int32)}
+    net.build(feed)
+    fast = compile_network(net.network).run(feed)
+    plain = compile_network(net.network, fast=False).run(feed)
+    np.testing.assert_array_equal(fast["rows"], table[feed["ids"]])
+    _agree_within_one_float16_rounding(fast["logits"], plain["logits"], table[feed["ids"]], table)
