@@ -10,16 +10,16 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCE = "trt_kv/interpreter/_float16.c"
+SOURCE = "trt_kv/interpreter/_native.c"
 # Compiled into the library: the loader takes a build of this very source only
 DIGEST = hashlib.sha256((Path(__file__).parent / SOURCE).read_bytes()).hexdigest()
 
 setup(
     ext_modules=[
         Extension(
-            "trt_kv.interpreter._float16",
+            "trt_kv.interpreter._native",
             [SOURCE],
-            define_macros=[("TRT_KV_FLOAT16_SOURCE", f'"{DIGEST}"')],
+            define_macros=[("TRT_KV_NATIVE_SOURCE", f'"{DIGEST}"')],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -1,10 +1,11 @@
-"""float16 weights read as stored: the compiled product and a fast plan's narrow weights.
+"""Weights read as stored: the native product and a fast plan's float16 weights.
 
-A fast float32 plan of a float16 network keeps each weight that only products read as
-float16 and multiplies it as stored (``half_compiled.product`` up to 16 rows: half the bytes
-of a decode step; more rows against the weight widened for the call). Expected values are
-float64 products of the same float16 values; the plain plan (every constant widened once,
-NumPy's products) is the yardstick of the fast one.
+``native.product`` multiplies a few rows by a float16 or float32 weight, each element read
+once. A fast float32 plan of a float16 network keeps each weight that only products read as
+float16 and multiplies it as stored (up to 16 rows: half the bytes of a decode step; more
+rows against the weight widened for the call). Expected values are float64 products of the
+same values; the plain plan (every constant widened once, NumPy's products) is the
+yardstick of the fast one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from test_interpreter_support import Net, rand
 
 from trt_kv._trt import trt
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import compile_network, half, half_compiled
+from trt_kv.interpreter import compile_network, half, native
 
 M = trt.MatrixOperation
 
@@ -38,53 +39,61 @@ def _float32_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return 2 * k * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w.astype(np.float32)).T)
 
 
+WEIGHT_DTYPES = ["float16", "float32"]
+
+
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
 @pytest.mark.parametrize(
     ("rows", "n", "k"),
     [(1, 7, 577), (2, 9, 8), (3, 4, 3), (16, 1000, 333), (5, 13, 1536), (1, 1, 1)],
 )
-def test_product_is_the_float64_product_within_float32_rounding(rows, n, k):
+def test_product_is_the_float64_product_within_float32_rounding(rows, n, k, dtype):
     """Every tile shape: weight rows in fours and a remainder, input rows in pairs and a
     remainder, K in eights and a tail (K below 8 is all tail)."""
-    x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype="float16")
-    out = half_compiled.product(x, w)
+    x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype=dtype)
+    out = native.product(x, w)
     expected = x.astype(np.float64) @ w.astype(np.float64).T
     assert out.dtype == np.float32 and out.shape == (rows, n)
     assert (np.abs(out - expected) <= _float32_bound(x, w)).all()
 
 
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
 @pytest.mark.parametrize(("rows", "n", "k"), [(0, 4, 8), (3, 0, 8), (2, 3, 0)])
-def test_product_of_empty_operands(rows, n, k):
-    out = half_compiled.product(rand(rows, k), rand(n, k, dtype="float16"))
+def test_product_of_empty_operands(rows, n, k, dtype):
+    out = native.product(rand(rows, k), rand(n, k, dtype=dtype))
     np.testing.assert_array_equal(out, np.zeros((rows, n), np.float32))
 
 
-def test_each_element_has_the_same_bits_whatever_is_computed_with_it():
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_each_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
     """An element's sum does not depend on the other rows of x or of w in the call: rows one
     at a time, weight rows sliced anywhere (across a tile of four) and two weights stacked
     all give the bits of the one call. This is what lets a plan run Q/K/V as one product."""
-    x, w = rand(7, 200, seed=3), rand(22, 200, seed=4, dtype="float16")
-    whole = half_compiled.product(x, w)
+    x, w = rand(7, 200, seed=3), rand(22, 200, seed=4, dtype=dtype)
+    whole = native.product(x, w)
     for m in range(7):
-        np.testing.assert_array_equal(half_compiled.product(x[m : m + 1], w), whole[m : m + 1])
-    np.testing.assert_array_equal(half_compiled.product(x, w[5:19]), whole[:, 5:19])
-    other = rand(9, 200, seed=5, dtype="float16")
-    stacked = half_compiled.product(x, np.concatenate([w, other]))
+        np.testing.assert_array_equal(native.product(x[m : m + 1], w), whole[m : m + 1])
+    np.testing.assert_array_equal(native.product(x, w[5:19]), whole[:, 5:19])
+    other = rand(9, 200, seed=5, dtype=dtype)
+    stacked = native.product(x, np.concatenate([w, other]))
     np.testing.assert_array_equal(stacked[:, :22], whole)
-    np.testing.assert_array_equal(stacked[:, 22:], half_compiled.product(x, other))
+    np.testing.assert_array_equal(stacked[:, 22:], native.product(x, other))
 
 
-def test_strided_operands_are_read_as_their_values():
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_strided_operands_are_read_as_their_values(dtype):
     x = rand(6, 64, seed=6)[::2]  # rows 2 apart
-    w = rand(64, 9, seed=7, dtype="float16").T  # [9, 64], a transposed view: not contiguous
+    w = rand(64, 9, seed=7, dtype=dtype).T  # [9, 64], a transposed view: not contiguous
     expected = x.astype(np.float64) @ w.astype(np.float64).T
-    assert (np.abs(half_compiled.product(x, w) - expected) <= _float32_bound(x, w)).all()
+    assert (np.abs(native.product(x, w) - expected) <= _float32_bound(x, w)).all()
 
 
-def test_infinity_and_nan_in_a_weight_give_ieee_results():
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_infinity_and_nan_in_a_weight_give_ieee_results(dtype):
     x = np.ones((2, 16), np.float32)
-    w = np.ones((3, 16), np.float16)
+    w = np.ones((3, 16), dtype)
     w[0, 3], w[1, 15] = np.inf, np.nan
-    out = half_compiled.product(x, w)
+    out = native.product(x, w)
     assert np.isposinf(out[:, 0]).all() and np.isnan(out[:, 1]).all()
     np.testing.assert_array_equal(out[:, 2], [16.0, 16.0])
 
@@ -93,15 +102,15 @@ def test_infinity_and_nan_in_a_weight_give_ieee_results():
     ("x", "w", "error", "names"),
     [
         (rand(2, 8, dtype="float16"), rand(3, 8, dtype="float16"), DTypeError, "x"),
-        (rand(2, 8), rand(3, 8), DTypeError, "w"),
+        (rand(2, 8), rand(3, 8).astype(np.float64), DTypeError, "w"),
         (rand(2, 8), rand(3, 9, dtype="float16"), ShapeError, "x, w"),
         (rand(8), rand(3, 8, dtype="float16"), ShapeError, "x, w"),
     ],
-    ids=["x float16", "w float32", "K differs", "x not a matrix"],
+    ids=["x float16", "w float64", "K differs", "x not a matrix"],
 )
 def test_product_refuses_other_dtypes_and_shapes(x, w, error, names):
     with pytest.raises(error, match=f"^{names}: expected"):
-        half_compiled.product(x, w)
+        native.product(x, w)
 
 
 def _float16_linear(w: np.ndarray, rows: int) -> tuple[Net, dict[str, np.ndarray]]:

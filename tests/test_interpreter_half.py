@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from trt_kv.errors import DTypeError
-from trt_kv.interpreter import half, half_compiled
+from trt_kv.interpreter import half, native
 
 
 def _compiled_helper_expected() -> bool:
@@ -48,7 +48,7 @@ def impl(request):
         if _compiled_helper_expected():
             pytest.fail(
                 "the compiled float16 helper was not built, or did not load (a build of "
-                "another _float16.c is passed over): pip install -e . rebuilds it"
+                "another _native.c is passed over): pip install -e . rebuilds it"
             )
         pytest.skip(
             "no compiled float16 helper here (no C compiler, or not x86-64 with AVX2, FMA, F16C)"
@@ -274,7 +274,7 @@ _CACHE = np.zeros((4, 3, 128, 64), np.float16)  # [B, N, S_max, H]
     ],
 )
 def test_strided_runs_of_cache_windows(view, runs):
-    assert half_compiled.strided_runs(view) == runs
+    assert native.strided_runs(view) == runs
 
 
 def _misaligned_float16(count: int) -> np.ndarray:
@@ -298,7 +298,7 @@ def _misaligned_float16(count: int) -> np.ndarray:
 def test_address_is_numpys_data_pointer(make, writeable):
     a = make()
     a.flags.writeable = writeable
-    assert half_compiled.address(a) == a.ctypes.data
+    assert native.address(a) == a.ctypes.data
 
 
 def test_widen_of_short_runs_and_misaligned_arrays(widen):
@@ -324,38 +324,38 @@ def _compile(source: str, out: Path) -> None:
 
 
 def _stand_in(ready: int, digest: str) -> str:
-    """C source of a library with the helper's five symbols (functions that do nothing)."""
+    """C source of a library with the helper's six symbols (functions that do nothing)."""
     return (
-        f"int trt_kv_float16_ready(void) {{ return {ready}; }}\n"
-        f'const char *trt_kv_float16_source(void) {{ return "{digest}"; }}\n'
+        f"int trt_kv_native_ready(void) {{ return {ready}; }}\n"
+        f'const char *trt_kv_native_source(void) {{ return "{digest}"; }}\n'
         "void trt_kv_round_float16(void) {}\nvoid trt_kv_widen_float16(void) {}\n"
-        "void trt_kv_product_float16(void) {}\n"
+        "void trt_kv_product_float16(void) {}\nvoid trt_kv_product_float32(void) {}\n"
     )
 
 
-_OLDER_SOURCE = hashlib.sha256(b"another version of _float16.c").hexdigest()
+_OLDER_SOURCE = hashlib.sha256(b"another version of _native.c").hexdigest()
 
 
 @pytest.mark.parametrize(
     ("library", "loads"),
     [
         ("int unrelated(void) { return 1; }\n", False),  # foreign: none of the symbols
-        (_stand_in(half_compiled.SIGNATURES + 1, "{digest}"), False),  # other signatures
-        (_stand_in(half_compiled.SIGNATURES, _OLDER_SOURCE), False),  # an older checkout
+        (_stand_in(native.SIGNATURES + 1, "{digest}"), False),  # other signatures
+        (_stand_in(native.SIGNATURES, _OLDER_SOURCE), False),  # an older checkout
         (_stand_in(0, "{digest}"), False),  # a processor without AVX2, FMA or F16C
         ("not a library", False),
-        (_stand_in(half_compiled.SIGNATURES, "{digest}"), True),
+        (_stand_in(native.SIGNATURES, "{digest}"), True),
     ],
     ids=["foreign", "signatures", "source", "processor", "text", "own"],
 )
 def test_loader_takes_only_a_build_of_its_signatures_and_source(tmp_path, library, loads):
-    path = tmp_path / f"_float16{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    library = library.replace("{digest}", half_compiled.source_digest())
+    path = tmp_path / f"_native{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    library = library.replace("{digest}", native.source_digest())
     if library.startswith("not"):
         path.write_text(library)
     else:
         _compile(library, path)
-    assert (half_compiled.load(tmp_path) is not None) is loads
+    assert (native.load(tmp_path) is not None) is loads
 
 
 def test_loader_goes_on_past_a_library_it_cannot_use(tmp_path):
@@ -363,20 +363,20 @@ def test_loader_goes_on_past_a_library_it_cannot_use(tmp_path):
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
     if len(suffixes) < 2:
         pytest.skip(f"one extension suffix here: {suffixes}")
-    _compile("int unrelated(void) { return 1; }\n", tmp_path / f"_float16{suffixes[0]}")
-    own = _stand_in(half_compiled.SIGNATURES, half_compiled.source_digest())
-    _compile(own, tmp_path / f"_float16{suffixes[-1]}")
-    assert half_compiled.load(tmp_path) is not None
+    _compile("int unrelated(void) { return 1; }\n", tmp_path / f"_native{suffixes[0]}")
+    own = _stand_in(native.SIGNATURES, native.source_digest())
+    _compile(own, tmp_path / f"_native{suffixes[-1]}")
+    assert native.load(tmp_path) is not None
 
 
 def test_the_packaged_build_is_of_this_source():
-    """A build left from an older ``_float16.c`` is not loaded (the recipes run instead):
+    """A build left from an older ``_native.c`` is not loaded (the recipes run instead):
     rebuild it after a checkout that changed the C file."""
-    digest = half_compiled.source_digest().encode()
-    for build in half_compiled.built_files():
+    digest = native.source_digest().encode()
+    for build in native.built_files():
         lib = ctypes.CDLL(str(build))
-        lib.trt_kv_float16_source.restype = ctypes.c_char_p
-        assert lib.trt_kv_float16_source() == digest, (
-            f"{build.name} was built from another {half_compiled.SOURCE.name}: rebuild it "
+        lib.trt_kv_native_source.restype = ctypes.c_char_p
+        assert lib.trt_kv_native_source() == digest, (
+            f"{build.name} was built from another {native.SOURCE.name}: rebuild it "
             "(pip install -e . or python setup.py build_ext --inplace)"
         )

@@ -27,7 +27,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
 from trt_kv.interpreter.half import round_float16
-from trt_kv.interpreter.layout import fuse_one_row_products, keep_float16_weights
+from trt_kv.interpreter.layout import fuse_shared_products, keep_float16_weights
 from trt_kv.interpreter.program import SlotProgram, Step, identity, with_frees
 from trt_kv.interpreter.registry import compile_layer, is_float, type_name
 
@@ -145,7 +145,7 @@ class Plan:
         ]
         if fast:
             keep_float16_weights(steps)
-            fuse_one_row_products(steps)
+            fuse_shared_products(steps)
         self._steps = with_frees(steps, {*self.input_names, *self.output_names})
         self._fed = {  # the dtype each input is fed in: declared, or float32 for wide caches
             i.name: _FLOAT32

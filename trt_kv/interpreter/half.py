@@ -14,10 +14,10 @@ float16 value and on every boundary of the float32 ranges), at a fraction of the
   outside that range (zero, subnormal results, overflow to infinity, NaN) take NumPy's cast
   itself, so their bits match by construction.
 
-Where the optional compiled library ``_float16`` was built (``setup.py``; x86-64 with F16C),
-both take the processor's own conversion instructions instead, through
-:mod:`~trt_kv.interpreter.half_compiled`: the same bits again (NaN payloads included),
-~0.2 ns an element against the recipes' ~0.7-0.9. :data:`NATIVE` says which runs;
+Where the optional compiled helper ``_native`` was built (``setup.py``; x86-64 with AVX2,
+FMA and F16C), both take the processor's own conversion instructions instead, through
+:mod:`~trt_kv.interpreter.native`: the same bits again (NaN payloads included), ~0.2 ns an
+element against the recipes' ~0.7-0.9. :data:`NATIVE` says which runs;
 :data:`RECIPES` and :data:`COMPILED` are the two, side by side, for the tests. Each refuses
 an array of another dtype or byte order (:class:`~trt_kv.errors.DTypeError`).
 """
@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trt_kv.interpreter import half_compiled
+from trt_kv.interpreter import native
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below these sizes NumPy's casts win (the recipes below cost 6-10 calls of fixed overhead)
@@ -51,7 +51,7 @@ _QUIET = contextlib.nullcontext()  # nothing to silence: no element overflows
 
 def _widen_recipe(h: np.ndarray) -> np.ndarray:
     """:func:`widen` in NumPy: the bits moved and rescaled."""
-    half_compiled.expect_dtype("h", h, _F16)
+    native.expect_dtype("h", h, _F16)
     if h.size < _SMALL_WIDEN:
         return h.astype(np.float32)
     # int16 -> int32 repeats the sign in bits 16..31; shifted by 13, bit 31 is the sign and
@@ -72,7 +72,7 @@ def _widen_recipe(h: np.ndarray) -> np.ndarray:
 
 def _round_recipe(x: np.ndarray) -> np.ndarray:
     """:func:`round_float16` in NumPy: Veltkamp's split."""
-    half_compiled.expect_dtype("x", x, _F32)
+    native.expect_dtype("x", x, _F32)
     if x.size < _SMALL_ROUND:
         with np.errstate(over="ignore"):  # overflow to inf is the rounding asked for
             return x.astype(np.float16).astype(np.float32)
@@ -98,9 +98,7 @@ def _round_recipe(x: np.ndarray) -> np.ndarray:
 
 Conversions = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 RECIPES: Conversions = (_widen_recipe, _round_recipe)  # (widen, round_float16) in NumPy
-COMPILED: Conversions | None = (
-    None if half_compiled.LIB is None else (half_compiled.widen, half_compiled.round_float16)
-)
+COMPILED: Conversions | None = None if native.LIB is None else (native.widen, native.round_float16)
 NATIVE = COMPILED is not None  # True: widen and round_float16 run the compiled helper
 _WIDEN, _ROUND = COMPILED or RECIPES
 

@@ -1,7 +1,7 @@
 """A fast plan's layout of its constant matrices: float16 weights kept as stored, and
 products of one input against several matrices run as one.
 
-:func:`keep_float16_weights` and :func:`fuse_one_row_products` rewrite the compiled steps of
+:func:`keep_float16_weights` and :func:`fuse_shared_products` rewrite the compiled steps of
 :class:`~trt_kv.interpreter.executor.Plan` (:class:`~trt_kv.interpreter.program.Step`
 records: ``kernel``, ``inputs``, ``outputs``) in place. The values every layer computes
 stay the same; only which memory the products read, and how many calls they take, change.
@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from trt_kv.interpreter import half, half_compiled
-from trt_kv.interpreter.linalg import row_dots
+from trt_kv.interpreter import half, native
+from trt_kv.interpreter.linalg import native_rows, row_dots
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -77,16 +77,17 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def fuse_one_row_products(steps: list) -> None:
+def fuse_shared_products(steps: list) -> None:
     """Store the constant matrices of the products that read one input (a decoder block's
     Q, K and V projections; its gate and up projections) one above the other in one
     ``[sum N, K]`` array, each constant becoming a view of its rows: the same values, the
-    same row-major layout, no extra memory. With one row in the input (float16 matrices:
-    up to 16 rows), the first of those products runs them all as one call
-    (:func:`~trt_kv.interpreter.linalg.row_dots`, float16:
-    :func:`~trt_kv.interpreter.half_compiled.product`; each element's sum is the one the
-    product alone computes: the same bits) and the others take their part of it; with more
-    rows each runs on its own, as before.
+    same row-major layout, no extra memory. With a few rows in the input (up to
+    :func:`~trt_kv.interpreter.linalg.native_rows`: 8 float32, 16 float16; one without the
+    native helper), the first of those products runs them all as one call
+    (:func:`~trt_kv.interpreter.native.product`, else
+    :func:`~trt_kv.interpreter.linalg.row_dots`; each element's sum is the one the product
+    alone computes: the same bits) and the others take their part of it; with more rows
+    each runs on its own, as before.
     """
     constants = _constants(steps)
     groups: dict[str, list[int]] = {}
@@ -108,7 +109,7 @@ def fuse_one_row_products(steps: list) -> None:
             continue  # nothing to share, or no common K and dtype
         joined = np.concatenate([m for _, _, m in group], axis=0)  # [sum N, K]
         joined.flags.writeable = False
-        shared = _OneRowProduct(joined)
+        shared = _SharedProduct(joined)
         lo = 0
         for k, name, matrix in group:
             hi = lo + matrix.shape[0]
@@ -130,14 +131,14 @@ def _matrix(value: np.ndarray) -> np.ndarray | None:
     return value.reshape(value.shape[-2:])
 
 
-class _OneRowProduct:
-    """``x @ joined^T`` for the input last seen, shared by the products of a group: inputs of
-    one row (float16 ``joined``: up to 16 rows)."""
+class _SharedProduct:
+    """``x @ joined^T`` for the input last seen, shared by the products of a group (inputs of
+    up to ``max_rows`` rows)."""
 
     def __init__(self, joined: np.ndarray) -> None:
         self.joined = joined
-        narrow = joined.dtype == _F16
-        self.max_rows, self.input_dtype = (16, _F32) if narrow else (1, joined.dtype)
+        self.max_rows = native_rows(joined.dtype) or 1  # float64 or no helper: row_dots
+        self.input_dtype = _F32 if joined.dtype == _F16 else joined.dtype
         # (input, its values, product): the input is held, so its identity cannot be reused,
         # and its values are kept, so a caller's array changed in place between runs is not
         # served the old product; one tuple, swapped whole, so plans run from several threads
@@ -162,6 +163,6 @@ class _OneRowProduct:
 
     def _product(self, rows: np.ndarray) -> np.ndarray:
         """``rows [M, K] @ joined^T`` -> ``[M, sum N]``."""
-        if self.joined.dtype == _F16:
-            return half_compiled.product(rows, self.joined)
+        if native_rows(self.joined.dtype):
+            return native.product(rows, self.joined)
         return row_dots(self.joined, rows[0])[None]
