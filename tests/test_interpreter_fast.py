@@ -297,11 +297,13 @@ def test_one_sequence_decode_fast_and_plain_agree(dtype, rtol):
         np.testing.assert_allclose(fast, plain, rtol=rtol, atol=rtol)
 
 
-def test_long_context_attention_split_per_sequence_and_head_is_bit_exact():
-    """Scores of 2 x 4 x 64 x 4200 (above the fast plan's split size): the fast plan runs
-    attention per sequence and KV head, the plain plan in one call; ragged lengths (the
-    second sequence's keys past 3000 hold NaN and are masked), GQA 4:2. Same bits."""
-    b, nq, nkv, sq, skv, h = 2, 4, 2, 64, 4200, 8
+def _ragged_attention(
+    heads: tuple[int, int], sq: int, skv: int, h: int, short: int, seed: int
+) -> tuple[Net, dict[str, np.ndarray]]:
+    """IAttention of 2 sequences, ``heads`` (Nq, Nkv) GQA, ``sq`` query rows (the chunk's last
+    tokens) over ``skv`` keys; the second sequence is ``short`` keys long and its keys past
+    that hold NaN (masked by its mask row and key_value_length). A built network and a feed."""
+    (nq, nkv), b = heads, 2
     net = Net()
     q, k, v = (net.input(n, "float32", s) for n, s in (("q", (b, nq, sq, h)),
                ("k", (b, nkv, skv, h)), ("v", (b, nkv, skv, h))))  # fmt: skip
@@ -312,23 +314,49 @@ def test_long_context_attention_split_per_sequence_and_head_is_bit_exact():
     att.mask = net.input("mask", "bool", (b, 1, sq, skv))
     att.key_value_lengths = net.input("kv_lengths", "int32", (b,))
     net.mark(att.get_output(0))
-    lengths = np.array([skv, 3000], np.int32)
+    lengths = np.array([skv, short], np.int32)
     positions = lengths[:, None] - sq + np.arange(sq)  # the chunk's last sq tokens
-    kv = [rand(b, nkv, skv, h, seed=s) for s in (14, 15)]
+    kv = [rand(b, nkv, skv, h, seed=s) for s in (seed + 1, seed + 2)]
     for a in kv:
-        a[1, :, 3000:] = np.nan
+        a[1, :, short:] = np.nan
     feed = {
-        "q": rand(b, nq, sq, h, seed=13),
+        "q": rand(b, nq, sq, h, seed=seed),
         "k": kv[0],
         "v": kv[1],
         "mask": (np.arange(skv) <= positions[:, :, None])[:, None],
         "kv_lengths": lengths,
     }
     net.build(feed)
+    return net, feed
+
+
+def test_long_context_attention_split_per_sequence_and_head_is_bit_exact():
+    """Scores of 2 x 4 x 64 x 4200 (above the fast plan's split size): the fast plan runs
+    attention per sequence and KV head, the plain plan in one call; ragged lengths (the
+    second sequence's keys past 3000 hold NaN and are masked), GQA 4:2. Same bits."""
+    net, feed = _ragged_attention((4, 2), sq=64, skv=4200, h=8, short=3000, seed=13)
     fast = compile_network(net.network).run(feed)["out"]
     plain = compile_network(net.network, fast=False).run(feed)["out"]
     assert np.isfinite(fast).all()
     np.testing.assert_array_equal(fast, plain)
+
+
+@pytest.mark.parametrize("sq", [1, 2, 3])
+def test_decode_attention_over_a_long_context_fast_and_plain_agree(sq):
+    """A decode step (or 2-3 rows) over 1500 keys, GQA 6:2 (3 query heads a KV head), ragged
+    lengths (the second sequence's keys past 1100 hold NaN). Up to 8 query rows a KV head
+    and from 1024 keys, the fast plan's scores are native products, one per sequence and KV
+    head (another summation order: scores of ~8 differ in their last bits, which the softmax
+    carries into the outputs as up to ~1e-5); sq 3 (9 rows) keeps NumPy's. Both agree with
+    float64 as closely; NaN stays out of both."""
+    net, feed = _ragged_attention((6, 2), sq=sq, skv=1500, h=64, short=1100, seed=23)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    wide = compile_network(net.network, precision="float64", fast=False).run(feed)["out"]
+    assert np.isfinite(fast).all()
+    for out in (fast, plain):
+        np.testing.assert_allclose(out, wide, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(fast, plain, rtol=1e-4, atol=2e-5)
 
 
 def test_fed_row_changed_in_place_between_runs_gets_new_products():

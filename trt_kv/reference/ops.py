@@ -7,6 +7,8 @@ function says otherwise; callers pass float32/float64 for reference numerics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from trt_kv.errors import CacheOverflowError, DTypeError, ShapeError, mismatch
@@ -259,6 +261,8 @@ def causal_keep(
 
 
 _FEW_QUERY_ROWS = 16  # query rows per KV head up to which scores are computed as (K Q^T)^T
+# rows [B, Nkv, R, H], k [B, Nkv, Skv, H] -> unscaled scores [B, Nkv, R, Skv], or None
+ScoresProduct = Callable[[np.ndarray, np.ndarray], np.ndarray | None]
 
 
 def attention(
@@ -270,6 +274,7 @@ def attention(
     kv_lengths: np.ndarray | None = None,
     mask: np.ndarray | None = None,
     scale: float | None = None,
+    scores_product: ScoresProduct | None = None,
 ) -> np.ndarray:
     """Scaled dot-product attention with GQA, computed in the dtype of ``q``.
 
@@ -280,6 +285,9 @@ def attention(
         kv_lengths: ``[B]`` valid key count per sequence.
         mask: broadcastable to ``[B, Nq, Sq, Skv]``: bool (True keeps) or additive float.
         scale: score scale, default ``1/sqrt(H)`` (a Python float: it never widens the dtype).
+        scores_product: computes the unscaled scores ``rows [B, Nkv, R, H] @ k^T`` ->
+            ``[B, Nkv, R, Skv]`` (R = G * Sq) another way, or returns None to leave them to
+            NumPy (the interpreter's fast plan passes one; the reference never does).
 
     Returns:
         ``[B, Nq, Sq, H]``. A query row with no visible key gives zeros; one whose visible
@@ -297,9 +305,10 @@ def attention(
     # The G query heads of one KV head as G * Sq rows: [B, Nkv, G * Sq, H] @ [B, Nkv, H, Skv];
     # with few rows (decode), as (K Q^T)^T: BLAS is ~4x faster with the keys as the long side.
     rows = q.reshape(b, nkv, group * sq, h)
-    if group * sq <= _FEW_QUERY_ROWS:
+    scores = None if scores_product is None else scores_product(rows, k)
+    if scores is None and group * sq <= _FEW_QUERY_ROWS:
         scores = np.ascontiguousarray((k @ rows.swapaxes(-1, -2)).swapaxes(-1, -2))
-    else:
+    elif scores is None:
         scores = rows @ k.swapaxes(-1, -2)
     scores = scores.reshape(b, nq, sq, skv)
     scores *= h**-0.5 if scale is None else float(scale)  # in place: a fresh product
