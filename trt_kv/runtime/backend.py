@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from trt_kv.errors import ArgumentError, mismatch
+from trt_kv.errors import ArgumentError, ClosedError, mismatch
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.network import (
     INPUT_IDS,
@@ -60,6 +60,12 @@ def check_backend(backend: object) -> None:
                 f"{type(backend).__name__} without {', '.join(missing)}",
             )
         )
+
+
+def check_open(backend: str, closed: bool) -> None:
+    """:class:`~trt_kv.errors.ClosedError` naming ``backend`` for a step after its close()."""
+    if closed:
+        raise ClosedError(mismatch(backend, "an open backend", "", "closed"))
 
 
 def step_feed(plan: StepPlan, input_names: set[str] | frozenset[str]) -> dict[str, np.ndarray]:

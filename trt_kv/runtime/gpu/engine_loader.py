@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from trt_kv import engine_file
 from trt_kv._trt import logger, trt
 from trt_kv.engine_file import EngineMeta, check_engine_aliases
-from trt_kv.errors import EngineFileError, mismatch
+from trt_kv.errors import EngineFileError, check_int, mismatch
+from trt_kv.runtime.backend import long_rope_after_of
 from trt_kv.runtime.gpu.cuda import require_gpu
 
 DECODER_KEYS = ("config", "max_seq_len", "max_batch", "max_step_tokens")
@@ -56,3 +58,40 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
         )
     check_engine_aliases(engine, meta)
     return engine, data, meta
+
+
+@dataclass(frozen=True)
+class DecoderEngine:
+    """A trt_kv decoder engine loaded for a GPU backend, and what every backend reads of its
+    sidecar."""
+
+    engine: object  # ICudaEngine
+    meta: EngineMeta
+    capacity: int  # sequences the backend's caches hold
+    max_step_tokens: int
+    vocab_size: int
+    long_rope_after: int | None
+    all_logits: bool
+
+
+def open_decoder_engine(path: str | Path, capacity: int | None) -> DecoderEngine:
+    """Check ``capacity`` (None: the engine's ``max_batch``), then load and check the engine
+    (:func:`load_cuda_engine`, :func:`check_decoder_engine`).
+
+    Raises:
+        ArgumentError: ``capacity`` is not an int >= 1 (checked before the file is read).
+        EngineFileError, GpuUnavailableError: as :func:`load_cuda_engine`.
+    """
+    if capacity is not None:  # 0 is not "the engine's max_batch"
+        check_int("capacity", capacity, 1)
+    engine, _, meta = load_cuda_engine(path)
+    md = check_decoder_engine(path, meta)
+    return DecoderEngine(
+        engine,
+        meta,
+        capacity or md["max_batch"],
+        md["max_step_tokens"],
+        md["config"]["vocab_size"],
+        long_rope_after_of(md),
+        bool(md.get("all_logits")),
+    )

@@ -18,12 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv import dtypes
-from trt_kv.errors import ClosedError, check_int, mismatch
 from trt_kv.models.llama.network import LOGITS
-from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
+from trt_kv.runtime.backend import check_open, last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.device import DeviceCaches
-from trt_kv.runtime.gpu.engine_loader import check_decoder_engine, load_cuda_engine
+from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.profiles import select_profile
 
 
@@ -62,27 +61,22 @@ class PolygraphyBackend:
         from polygraphy.backend.trt import TrtRunner
         from polygraphy.datatype import DataType
 
-        if capacity is not None:  # 0 is not "the engine's max_batch"
-            check_int("capacity", capacity, 1)
-        engine, _, self.meta = load_cuda_engine(engine_path)
-        md = check_decoder_engine(engine_path, self.meta)
-        self.max_step_tokens = md["max_step_tokens"]
-        self.vocab_size = md["config"]["vocab_size"]
-        self.long_rope_after = long_rope_after_of(md)
-        self.storage = DeviceCaches(self.meta.aliases, capacity or md["max_batch"])
+        loaded = open_decoder_engine(engine_path, capacity)
+        self.meta, self.max_step_tokens = loaded.meta, loaded.max_step_tokens
+        self.vocab_size, self.long_rope_after = loaded.vocab_size, loaded.long_rope_after
+        self.storage = DeviceCaches(self.meta.aliases, loaded.capacity)
         self.inputs = frozenset(t.name for t in self.meta.inputs)
         self.view_dtypes = {
             a.input: DataType.from_dtype(dtypes.to_trt(a.dtype), "tensorrt")
             for a in self.meta.aliases
         }
         self.view = _cache_view_class()
-        self.runner = TrtRunner(engine)
+        self.runner = TrtRunner(loaded.engine)
         self.runner.activate()
         self.closed = False
 
     def run(self, plan: StepPlan) -> np.ndarray:
-        if self.closed:
-            raise ClosedError(mismatch("PolygraphyBackend", "an open backend", "", "closed"))
+        check_open("PolygraphyBackend", self.closed)
         steps = step_feed(plan, self.inputs)
         shape = (len(plan.counts), *self.storage.slot_shape)
         feed: dict[str, object] = dict(steps)

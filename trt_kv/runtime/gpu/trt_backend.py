@@ -33,13 +33,13 @@ from typing import Literal
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.errors import ArgumentError, ClosedError, EngineRunError, check_int, mismatch
+from trt_kv.errors import ArgumentError, EngineRunError, mismatch
 from trt_kv.models.llama.network import LOGITS
-from trt_kv.runtime.backend import last_token_logits, long_rope_after_of, step_feed
+from trt_kv.runtime.backend import check_open, last_token_logits, step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.gpu.device import DeviceCaches
-from trt_kv.runtime.gpu.engine_loader import check_decoder_engine, load_cuda_engine
+from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
 from trt_kv.runtime.profiles import select_profile
 
@@ -75,18 +75,14 @@ class TrtBackend:
         cuda_graph: bool | GraphMode = False,
         runtime_cache: str | Path | None = None,
     ) -> None:
-        if capacity is not None:  # 0 is not "the engine's max_batch"
-            check_int("capacity", capacity, 1)
         self.graph_mode = _graph_mode(cuda_graph)
         cache_path = None if runtime_cache is None else check_runtime_cache_path(runtime_cache)
         self.closed = False
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
-        self.engine, _, self.meta = load_cuda_engine(engine_path)
-        md = check_decoder_engine(engine_path, self.meta)
-        self.max_step_tokens = md["max_step_tokens"]
-        self.vocab_size = md["config"]["vocab_size"]
-        self.long_rope_after = long_rope_after_of(md)
-        capacity = capacity or md["max_batch"]
+        loaded = open_decoder_engine(engine_path, capacity)
+        self.engine, self.meta = loaded.engine, loaded.meta
+        self.max_step_tokens, self.vocab_size = loaded.max_step_tokens, loaded.vocab_size
+        self.long_rope_after, capacity = loaded.long_rope_after, loaded.capacity
         self.runtime_config = None  # outlives the context that uses it
         self.runtime_cache: RuntimeCacheFile | None = None
         if self.graph_mode == "runtime" or cache_path is not None:
@@ -110,7 +106,7 @@ class TrtBackend:
             for name in self.inputs
             if name not in {a.input for a in self.meta.aliases}
         }
-        rows = capacity * (self.max_step_tokens if md.get("all_logits") else 1)
+        rows = capacity * (self.max_step_tokens if loaded.all_logits else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4)
 
     def memory(self) -> dict[str, int]:
@@ -186,8 +182,7 @@ class TrtBackend:
         self._graphs[state] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
 
     def run(self, plan: StepPlan) -> np.ndarray:
-        if self.closed:
-            raise ClosedError(mismatch("TrtBackend", "an open backend", "", "closed"))
+        check_open("TrtBackend", self.closed)
         self._enqueue(self._bind(plan))
         shape = tuple(self.context.get_tensor_shape(LOGITS))
         host = self.logits.download(np.empty(shape, np.float32), stream=self.stream)
