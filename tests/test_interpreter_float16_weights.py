@@ -14,12 +14,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from test_interpreter_half import _compiled_helper_expected
+from test_interpreter_half import require_compiled_helper
 from test_interpreter_support import Net, rand
 
 from trt_kv._trt import trt
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import compile_network, half, native
+from trt_kv.interpreter import compile_network, native
 
 M = trt.MatrixOperation
 
@@ -27,10 +27,7 @@ M = trt.MatrixOperation
 @pytest.fixture(autouse=True)
 def _compiled():
     """Every test here needs the compiled helper, which must be built wherever it can be."""
-    if half.COMPILED is None:
-        if _compiled_helper_expected():
-            pytest.fail("the compiled float16 helper was not built: pip install -e . builds it")
-        pytest.skip("no compiled float16 helper here (no C compiler, or not x86-64 AVX2/FMA)")
+    require_compiled_helper()
 
 
 def _float32_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:

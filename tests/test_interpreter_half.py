@@ -45,15 +45,23 @@ def impl(request):
     processor are."""
     pair = _IMPLEMENTATIONS[request.param]
     if pair is None:
-        if _compiled_helper_expected():
-            pytest.fail(
-                "the compiled float16 helper was not built, or did not load (a build of "
-                "another _native.c is passed over): pip install -e . rebuilds it"
-            )
-        pytest.skip(
-            "no compiled float16 helper here (no C compiler, or not x86-64 with AVX2, FMA, F16C)"
-        )
+        require_compiled_helper()
     return pair
+
+
+def require_compiled_helper() -> None:
+    """Fail where the compiled helper should have been built and was not (or did not load);
+    skip where it cannot be (no C compiler, another processor). Returns where it loaded."""
+    if half.COMPILED is not None:
+        return
+    if _compiled_helper_expected():
+        pytest.fail(
+            "the compiled float16 helper was not built, or did not load (a build of "
+            "another _native.c is passed over): pip install -e . rebuilds it"
+        )
+    pytest.skip(
+        "no compiled float16 helper here (no C compiler, or not x86-64 with AVX2, FMA, F16C)"
+    )
 
 
 @pytest.fixture

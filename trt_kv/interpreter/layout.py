@@ -56,20 +56,20 @@ def keep_float16_weights(steps: list) -> None:
             continue
         uses = readers.get(name, [])
         products = [k for k, j in uses if j == 1 and steps[k].kernel.linear]
-        if not half.NATIVE or _matrix(value) is None or not products:
+        if not (half.NATIVE and _matrix(value) is not None):
+            products = []
+        shared = len(products) < len(uses)  # other readers: they get it widened
+        if shared:
             steps[i] = _with_value(steps[i], _read_only(half.widen(value)))
-            continue
-        if len(products) < len(uses):  # other readers: they get it widened, products narrow
-            steps[i] = _with_value(steps[i], _read_only(half.widen(value)))
-            for k in products:
+        for k in products:
+            if shared:  # the product reads its own float16 copy in place of the constant
                 fn = steps[k].kernel.fn
                 narrow = lambda x, f=fn, w=value: f([x[0], w])  # noqa: E731
                 steps[k] = replace(steps[k], kernel=replace(steps[k].kernel, fn=narrow))
-            continue
-        for k in products:  # read as stored: no cast to the compute dtype on the way in
-            inputs = list(steps[k].inputs)
-            inputs[1] = (inputs[1][0], False)
-            steps[k] = replace(steps[k], inputs=tuple(inputs))
+            else:  # read as stored: no cast to the compute dtype on the way in
+                inputs = list(steps[k].inputs)
+                inputs[1] = (inputs[1][0], False)
+                steps[k] = replace(steps[k], inputs=tuple(inputs))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
