@@ -42,11 +42,12 @@ WEIGHT_DTYPES = ["float16", "float32"]
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
 @pytest.mark.parametrize(
     ("rows", "n", "k"),
-    [(1, 7, 577), (2, 9, 8), (3, 4, 3), (16, 1000, 333), (5, 13, 1536), (1, 1, 1)],
+    [(1, 7, 577), (2, 9, 8), (3, 4, 3), (4, 6, 40), (16, 1000, 333), (5, 13, 1536), (1, 1, 1)],
 )
 def test_product_is_the_float64_product_within_float32_rounding(rows, n, k, dtype):
-    """Every tile shape: weight rows in fours and a remainder, input rows in pairs and a
-    remainder, K in eights and a tail (K below 8 is all tail)."""
+    """Every tile shape: up to 4 input rows, one weight row at a time against 1-4 of them;
+    more, weight rows in fours and a remainder against input rows in pairs and a remainder;
+    K in eights and a tail (K below 8 is all tail)."""
     x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype=dtype)
     out = native.product(x, w)
     expected = x.astype(np.float64) @ w.astype(np.float64).T
@@ -64,12 +65,16 @@ def test_product_of_empty_operands(rows, n, k, dtype):
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
 def test_each_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
     """An element's sum does not depend on the other rows of x or of w in the call: rows one
-    at a time, weight rows sliced anywhere (across a tile of four) and two weights stacked
-    all give the bits of the one call. This is what lets a plan run Q/K/V as one product."""
+    to four at a time (read one weight row at a time) against seven (in tiles of four
+    weight rows), weight rows sliced anywhere (across a tile of four) and two weights stacked
+    all give the bits of the one call. This is what lets a plan run Q/K/V as one product,
+    and a sequence's decode step give the same bits in a batch of 1, 4 or 7."""
     x, w = rand(7, 200, seed=3), rand(22, 200, seed=4, dtype=dtype)
     whole = native.product(x, w)
-    for m in range(7):
-        np.testing.assert_array_equal(native.product(x[m : m + 1], w), whole[m : m + 1])
+    for rows in range(1, 5):
+        for m in range(7 - rows + 1):
+            part = native.product(x[m : m + rows], w)
+            np.testing.assert_array_equal(part, whole[m : m + rows])
     np.testing.assert_array_equal(native.product(x, w[5:19]), whole[:, 5:19])
     other = rand(9, 200, seed=5, dtype=dtype)
     stacked = native.product(x, np.concatenate([w, other]))
