@@ -1,11 +1,12 @@
 """Weights read as stored: the native product and a fast plan's float16 weights.
 
 ``native.product`` multiplies a few rows by a float16 or float32 weight, each element read
-once. A fast float32 plan of a float16 network keeps each weight that only products read as
-float16 and multiplies it as stored (up to 16 rows: half the bytes of a decode step; more
-rows against the weight widened for the call). Expected values are float64 products of the
-same values; the plain plan (every constant widened once, NumPy's products) is the
-yardstick of the fast one.
+once; ``native.panel_product`` many rows (a prefill chunk), like a matrix product. A fast
+float32 plan of a float16 network keeps each weight that only products read as float16 and
+multiplies it as stored (up to 16 rows: half the bytes of a decode step; up to 128 in
+panels, widening a few weight rows at a time; more rows against the weight widened for the
+call). Expected values are float64 products of the same values; the plain plan (every
+constant widened once, NumPy's products) is the yardstick of the fast one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from test_interpreter_support import Net, rand
 
 from trt_kv._trt import trt
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import compile_network, native
+from trt_kv.interpreter import compile_network, linalg, native
 
 M = trt.MatrixOperation
 
@@ -37,6 +38,7 @@ def _float32_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 WEIGHT_DTYPES = ["float16", "float32"]
+PRODUCTS = [native.product, native.panel_product]
 
 
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
@@ -56,9 +58,25 @@ def test_product_is_the_float64_product_within_float32_rounding(rows, n, k, dtyp
 
 
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
-@pytest.mark.parametrize(("rows", "n", "k"), [(0, 4, 8), (3, 0, 8), (2, 3, 0)])
-def test_product_of_empty_operands(rows, n, k, dtype):
-    out = native.product(rand(rows, k), rand(n, k, dtype=dtype))
+@pytest.mark.parametrize(
+    ("rows", "n", "k"),
+    [(17, 7, 577), (33, 6, 1), (128, 13, 64), (16, 1, 8), (5, 11, 3), (130, 300, 200)],
+)
+def test_panel_product_is_the_float64_product_within_float32_rounding(rows, n, k, dtype):
+    """Panels of 16 rows, full and partial (rows past M zero), against tiles of 6 weight rows
+    and a remainder of 1-5; K of 1 and odd."""
+    x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype=dtype)
+    out = native.panel_product(x, w)
+    expected = x.astype(np.float64) @ w.astype(np.float64).T
+    assert out.dtype == np.float32 and out.shape == (rows, n)
+    assert (np.abs(out - expected) <= _float32_bound(x, w)).all()
+
+
+@pytest.mark.parametrize("fn", PRODUCTS)
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+@pytest.mark.parametrize(("rows", "n", "k"), [(0, 4, 8), (3, 0, 8), (2, 3, 0), (20, 7, 0)])
+def test_product_of_empty_operands(rows, n, k, dtype, fn):
+    out = fn(rand(rows, k), rand(n, k, dtype=dtype))
     np.testing.assert_array_equal(out, np.zeros((rows, n), np.float32))
 
 
@@ -83,19 +101,36 @@ def test_each_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
 
 
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
-def test_strided_operands_are_read_as_their_values(dtype):
-    x = rand(6, 64, seed=6)[::2]  # rows 2 apart
+def test_panel_product_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
+    """As for the product: rows in any slice (across panels of 16), weight rows sliced
+    anywhere (across tiles of 6) and two weights stacked give the bits of the one call."""
+    x, w = rand(40, 96, seed=3), rand(22, 96, seed=4, dtype=dtype)
+    whole = native.panel_product(x, w)
+    for lo, hi in [(0, 16), (3, 20), (17, 40), (39, 40)]:
+        np.testing.assert_array_equal(native.panel_product(x[lo:hi], w), whole[lo:hi])
+    np.testing.assert_array_equal(native.panel_product(x, w[5:19]), whole[:, 5:19])
+    other = rand(9, 96, seed=5, dtype=dtype)
+    stacked = native.panel_product(x, np.concatenate([w, other]))
+    np.testing.assert_array_equal(stacked[:, :22], whole)
+    np.testing.assert_array_equal(stacked[:, 22:], native.panel_product(x, other))
+
+
+@pytest.mark.parametrize("fn", PRODUCTS)
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_strided_operands_are_read_as_their_values(dtype, fn):
+    x = rand(40, 64, seed=6)[::2]  # rows 2 apart
     w = rand(64, 9, seed=7, dtype=dtype).T  # [9, 64], a transposed view: not contiguous
     expected = x.astype(np.float64) @ w.astype(np.float64).T
-    assert (np.abs(native.product(x, w) - expected) <= _float32_bound(x, w)).all()
+    assert (np.abs(fn(x, w) - expected) <= _float32_bound(x, w)).all()
 
 
+@pytest.mark.parametrize("fn", PRODUCTS)
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
-def test_infinity_and_nan_in_a_weight_give_ieee_results(dtype):
+def test_infinity_and_nan_in_a_weight_give_ieee_results(dtype, fn):
     x = np.ones((2, 16), np.float32)
     w = np.ones((3, 16), dtype)
     w[0, 3], w[1, 15] = np.inf, np.nan
-    out = native.product(x, w)
+    out = fn(x, w)
     assert np.isposinf(out[:, 0]).all() and np.isnan(out[:, 1]).all()
     np.testing.assert_array_equal(out[:, 2], [16.0, 16.0])
 
@@ -110,20 +145,34 @@ def test_infinity_and_nan_in_a_weight_give_ieee_results(dtype):
     ],
     ids=["x float16", "w float64", "K differs", "x not a matrix"],
 )
-def test_product_refuses_other_dtypes_and_shapes(x, w, error, names):
+@pytest.mark.parametrize("fn", PRODUCTS)
+def test_product_refuses_other_dtypes_and_shapes(x, w, error, names, fn):
     with pytest.raises(error, match=f"^{names}: expected"):
-        native.product(x, w)
+        fn(x, w)
 
 
-def _float16_linear(w: np.ndarray, rows: int) -> tuple[Net, dict[str, np.ndarray]]:
-    """``x [rows, K] @ W^T`` in float16, W a constant ``[N, K]`` read transposed."""
+def _linear(w: np.ndarray, rows: int) -> tuple[Net, dict[str, np.ndarray]]:
+    """``x [rows, K] @ W^T`` in W's dtype, W a constant ``[N, K]`` read transposed."""
     net = Net()
-    x = net.input("x", "float16", (-1, w.shape[1]))
+    x = net.input("x", w.dtype.name, (-1, w.shape[1]))
     product = net.network.add_matrix_multiply(x, M.NONE, net.const(w), M.TRANSPOSE)
     net.mark(product.get_output(0))
-    feed = {"x": rand(rows, w.shape[1], seed=8, dtype="float16")}
+    feed = {"x": rand(rows, w.shape[1], seed=8, dtype=w.dtype.name)}
     net.build(feed)
     return net, feed
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 40, 128, 129])
+def test_float32_weight_fast_and_plain_agree(rows):
+    """Up to 8 rows: the compiled product; 9-128 its panels; 129 and more: BLAS. Each within
+    float32 rounding of the float64 product, as the plain plan's BLAS product is."""
+    w = rand(300, 256, seed=9)
+    net, feed = _linear(w, rows)
+    fast = compile_network(net.network).run(feed)["out"]
+    plain = compile_network(net.network, fast=False).run(feed)["out"]
+    expected = feed["x"].astype(np.float64) @ w.astype(np.float64).T
+    bound = _float32_bound(feed["x"], w)
+    assert (np.abs(fast - expected) <= bound).all() and (np.abs(plain - expected) <= bound).all()
 
 
 def _agree_within_one_float16_rounding(fast: np.ndarray, plain: np.ndarray, x, w) -> None:
@@ -137,20 +186,22 @@ def _agree_within_one_float16_rounding(fast: np.ndarray, plain: np.ndarray, x, w
     assert (gap == 0).mean() > 0.95
 
 
-@pytest.mark.parametrize("rows", [1, 3, 16, 17, 40])
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 40, 128, 129])
 def test_float16_weight_fast_and_plain_agree(rows):
-    """Up to 16 rows: the compiled product; 17 and more: one product against W widened."""
+    """Up to 16 rows: the compiled product; 17-128 its panels; 129 and more: one product
+    against W widened."""
     w = rand(300, 200, seed=9, dtype="float16")
-    net, feed = _float16_linear(w, rows)
+    net, feed = _linear(w, rows)
     fast = compile_network(net.network).run(feed)["out"]
     plain = compile_network(net.network, fast=False).run(feed)["out"]
     _agree_within_one_float16_rounding(fast, plain, feed["x"], w)
 
 
 def test_a_weight_over_16_mb_widened_is_multiplied_in_blocks():
-    """``[4200, 1024]`` float16 (8.4 MB; 16.8 MB widened) and 17 rows: two blocks of rows."""
+    """``[4200, 1024]`` float16 (8.4 MB; 16.8 MB widened) and more rows than the panels take:
+    two blocks of rows."""
     w = rand(4200, 1024, seed=10, dtype="float16")
-    net, feed = _float16_linear(w, 17)
+    net, feed = _linear(w, linalg.panel_rows(np.float16) + 1)
     fast = compile_network(net.network).run(feed)["out"]
     plain = compile_network(net.network, fast=False).run(feed)["out"]
     _agree_within_one_float16_rounding(fast, plain, feed["x"], w)
@@ -160,7 +211,7 @@ def test_fast_plan_holds_a_product_weight_as_float16():
     """A ``[2048, 1024]`` float16 weight is 4 MiB as stored, 8 MiB widened: the fast plan
     holds the first (the plain plan the second)."""
     w = rand(2048, 1024, seed=11, dtype="float16")
-    net, feed = _float16_linear(w, 2)
+    net, feed = _linear(w, 2)
     held = {}
     for fast in (True, False):
         tracemalloc.start()

@@ -14,7 +14,9 @@
  * next tile of weight rows fetched while this one is multiplied: memory is what a decode step
  * is bound by. Each output element is one float32 sum
  * in a fixed order (eight running lanes over K, then the lanes, then the K % 8 tail), so it
- * does not depend on which other rows or weight rows are computed in the same call.
+ * does not depend on which other rows or weight rows are computed in the same call. Products
+ * of many rows (trt_kv_panels_*, a prefill chunk) are computed like a matrix product instead,
+ * each element's sum in another fixed order (see PANEL).
  *
  * Loaded with ctypes by trt_kv/interpreter/native.py (no Python API here); built by
  * setup.py as an optional extension: without a C compiler, or on another processor, half.py
@@ -25,6 +27,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef TRT_KV_NATIVE_SOURCE
@@ -55,7 +58,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 4 /* change with any signature in this file */
+#define SIGNATURES 5 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -217,6 +220,92 @@ F16C static inline float one_float32(float f) { return f; }
 PRODUCT(uint16_t, float16)
 PRODUCT(float, float32)
 
+/* Products of many rows (a prefill chunk): out [M, N] = x [M, K] @ w^T as above, computed
+ * like a matrix product. x is first copied into panels of PANEL rows, each transposed
+ * ([K][PANEL], rows past M zero); then each tile of PANEL_W weight rows (float16 widened into a
+ * float32 block first, exactly) is multiplied against every panel: PANEL_W x PANEL running
+ * sums in 12 registers, one weight element broadcast against two vectors of panel rows a step.
+ * The weight is read once; the panels (~300 KB at 128 rows of 576) stay in L2. Each output
+ * element is one float32 sum over K in order (one lane of one register), whatever else is
+ * computed in the call. ~100 GFLOPS on one AMD EPYC core at 128 rows here, against OpenBLAS's
+ * ~85 (which packs the weight first); about even from 256 rows (linalg.panel_rows). */
+#define PANEL 16  /* input rows a panel: two vectors of 8 */
+#define PANEL_W 6 /* weight rows a tile: 6 x 2 running sums */
+
+F16C static inline __attribute__((always_inline)) void panel_tile(const float *w, size_t k,
+                                                                  const float *panel, float *out,
+                                                                  size_t n, size_t rows,
+                                                                  const int nw) {
+    __m256 acc[PANEL_W][2];
+    _Pragma("GCC unroll 6") for (int i = 0; i < nw; i++) acc[i][0] = acc[i][1] =
+        _mm256_setzero_ps();
+    for (size_t c = 0; c < k; c++) {
+        __m256 x0 = _mm256_loadu_ps(panel + c * PANEL), x1 = _mm256_loadu_ps(panel + c * PANEL + 8);
+        _Pragma("GCC unroll 6") for (int i = 0; i < nw; i++) {
+            __m256 b = _mm256_broadcast_ss(w + i * k + c);
+            acc[i][0] = _mm256_fmadd_ps(b, x0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(b, x1, acc[i][1]);
+        }
+    }
+    float sums[PANEL];
+    _Pragma("GCC unroll 6") for (int i = 0; i < nw; i++) {
+        _mm256_storeu_ps(sums, acc[i][0]);
+        _mm256_storeu_ps(sums + 8, acc[i][1]);
+        for (size_t j = 0; j < rows; j++) out[j * n + i] = sums[j];
+    }
+}
+
+/* The weight rows of one tile as float32: float32 rows are used where they lie, float16 rows
+ * widened into block (exactly, NumPy's bits: widen_run). */
+F16C static inline const float *as_float32_float32(const float *w, size_t count, float *block) {
+    (void)count, (void)block;
+    return w;
+}
+F16C static inline const float *as_float32_float16(const uint16_t *w, size_t count, float *block) {
+    widen_run(w, block, count);
+    return block;
+}
+
+/* trt_kv_panels_T: out [rows, n] = x [rows, k] @ w^T for w [n, k] of type T, all three
+ * contiguous; returns 0, or -1 (nothing written) when the panels' memory cannot be had. */
+#define PANELS(T, NAME)                                                                        \
+    F16C int trt_kv_panels_##NAME(const T *w, size_t n, size_t k, const float *x, size_t rows, \
+                                  float *out) {                                                \
+        size_t panels = (rows + PANEL - 1) / PANEL;                                            \
+        float *packed = malloc((panels * PANEL + PANEL_W) * k * sizeof(float) + 1); /* K 0 */ \
+        if (!packed) return -1;                                                                \
+        float *block = packed + panels * PANEL * k;                                            \
+        for (size_t p = 0; p < panels; p++)                                                    \
+            for (size_t j = 0; j < PANEL; j++) {                                               \
+                size_t row = p * PANEL + j;                                                    \
+                float *dst = packed + p * PANEL * k + j;                                       \
+                for (size_t c = 0; c < k; c++)                                                 \
+                    dst[c * PANEL] = row < rows ? x[row * k + c] : 0.0f;                       \
+            }                                                                                  \
+        for (size_t r = 0; r < n; r += PANEL_W) {                                              \
+            size_t nw = n - r < PANEL_W ? n - r : PANEL_W;                                     \
+            const float *wf = as_float32_##NAME(w + r * k, nw * k, block);                       \
+            for (size_t p = 0; p < panels; p++) {                                              \
+                size_t m = rows - p * PANEL < PANEL ? rows - p * PANEL : PANEL;                \
+                const float *panel = packed + p * PANEL * k;                                   \
+                float *o = out + p * PANEL * n + r;                                            \
+                switch (nw) {                                                                  \
+                case PANEL_W: panel_tile(wf, k, panel, o, n, m, PANEL_W); break;               \
+                case 5: panel_tile(wf, k, panel, o, n, m, 5); break;                           \
+                case 4: panel_tile(wf, k, panel, o, n, m, 4); break;                           \
+                case 3: panel_tile(wf, k, panel, o, n, m, 3); break;                           \
+                case 2: panel_tile(wf, k, panel, o, n, m, 2); break;                           \
+                default: panel_tile(wf, k, panel, o, n, m, 1); break;                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        free(packed);                                                                          \
+        return 0;                                                                              \
+    }
+
+PANELS(uint16_t, float16)
+PANELS(float, float32)
+
 #else /* another processor or compiler: half.py keeps its NumPy recipes */
 
 int trt_kv_native_ready(void) { return 0; }
@@ -238,6 +327,18 @@ void trt_kv_product_float16(const uint16_t *w, size_t n, size_t k, const float *
 void trt_kv_product_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
                             float *out) {
     (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+}
+
+int trt_kv_panels_float16(const uint16_t *w, size_t n, size_t k, const float *x, size_t rows,
+                          float *out) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+    return -1;
+}
+
+int trt_kv_panels_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
+                          float *out) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+    return -1;
 }
 
 #endif
