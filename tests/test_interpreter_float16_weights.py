@@ -41,32 +41,23 @@ WEIGHT_DTYPES = ["float16", "float32"]
 PRODUCTS = [native.product, native.panel_product]
 
 
-@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
-@pytest.mark.parametrize(
-    ("rows", "n", "k"),
-    [(1, 7, 577), (2, 9, 8), (3, 4, 3), (4, 6, 40), (16, 1000, 333), (5, 13, 1536), (1, 1, 1)],
-)
-def test_product_is_the_float64_product_within_float32_rounding(rows, n, k, dtype):
-    """Every tile shape: up to 4 input rows, one weight row at a time against 1-4 of them;
-    more, weight rows in fours and a remainder against input rows in pairs and a remainder;
-    K in eights and a tail (K below 8 is all tail)."""
-    x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype=dtype)
-    out = native.product(x, w)
-    expected = x.astype(np.float64) @ w.astype(np.float64).T
-    assert out.dtype == np.float32 and out.shape == (rows, n)
-    assert (np.abs(out - expected) <= _float32_bound(x, w)).all()
+# Every tile shape. product: up to 4 input rows, one weight row at a time against 1-4 of them;
+# more, weight rows in fours and a remainder against input rows in pairs and a remainder; K in
+# eights and a tail (K below 8 is all tail). panel_product: panels of 16 rows, full and partial
+# (rows past M zero), against tiles of 6 weight rows and a remainder of 1-5; K of 1 and odd.
+SHAPES = [
+    *[(native.product, *s) for s in [(1, 7, 577), (2, 9, 8), (3, 4, 3), (4, 6, 40)]],
+    *[(native.product, *s) for s in [(16, 1000, 333), (5, 13, 1536), (1, 1, 1)]],
+    *[(native.panel_product, *s) for s in [(17, 7, 577), (33, 6, 1), (128, 13, 64)]],
+    *[(native.panel_product, *s) for s in [(16, 1, 8), (5, 11, 3), (130, 300, 200)]],
+]
 
 
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
-@pytest.mark.parametrize(
-    ("rows", "n", "k"),
-    [(17, 7, 577), (33, 6, 1), (128, 13, 64), (16, 1, 8), (5, 11, 3), (130, 300, 200)],
-)
-def test_panel_product_is_the_float64_product_within_float32_rounding(rows, n, k, dtype):
-    """Panels of 16 rows, full and partial (rows past M zero), against tiles of 6 weight rows
-    and a remainder of 1-5; K of 1 and odd."""
+@pytest.mark.parametrize(("fn", "rows", "n", "k"), SHAPES)
+def test_product_is_the_float64_product_within_float32_rounding(fn, rows, n, k, dtype):
     x, w = rand(rows, k, seed=1), rand(n, k, seed=2, dtype=dtype)
-    out = native.panel_product(x, w)
+    out = fn(x, w)
     expected = x.astype(np.float64) @ w.astype(np.float64).T
     assert out.dtype == np.float32 and out.shape == (rows, n)
     assert (np.abs(out - expected) <= _float32_bound(x, w)).all()
@@ -87,32 +78,30 @@ def test_each_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
     weight rows), weight rows sliced anywhere (across a tile of four) and two weights stacked
     all give the bits of the one call. This is what lets a plan run Q/K/V as one product,
     and a sequence's decode step give the same bits in a batch of 1, 4 or 7."""
-    x, w = rand(7, 200, seed=3), rand(22, 200, seed=4, dtype=dtype)
-    whole = native.product(x, w)
-    for rows in range(1, 5):
-        for m in range(7 - rows + 1):
-            part = native.product(x[m : m + rows], w)
-            np.testing.assert_array_equal(part, whole[m : m + rows])
-    np.testing.assert_array_equal(native.product(x, w[5:19]), whole[:, 5:19])
-    other = rand(9, 200, seed=5, dtype=dtype)
-    stacked = native.product(x, np.concatenate([w, other]))
+    slices = [(m, m + rows) for rows in range(1, 5) for m in range(7 - rows + 1)]
+    _same_bits_in_any_grouping(native.product, 7, 200, slices, dtype)
+
+
+def _same_bits_in_any_grouping(fn, m: int, k: int, slices: list, dtype: str) -> None:
+    """``fn`` of x ``[m, k]`` and w ``[22, k]``: each row slice of x, w's rows 5:19, and w
+    stacked on another weight give the bits of the one call."""
+    x, w = rand(m, k, seed=3), rand(22, k, seed=4, dtype=dtype)
+    whole = fn(x, w)
+    for lo, hi in slices:
+        np.testing.assert_array_equal(fn(x[lo:hi], w), whole[lo:hi])
+    np.testing.assert_array_equal(fn(x, w[5:19]), whole[:, 5:19])
+    other = rand(9, k, seed=5, dtype=dtype)
+    stacked = fn(x, np.concatenate([w, other]))
     np.testing.assert_array_equal(stacked[:, :22], whole)
-    np.testing.assert_array_equal(stacked[:, 22:], native.product(x, other))
+    np.testing.assert_array_equal(stacked[:, 22:], fn(x, other))
 
 
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
 def test_panel_product_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
     """As for the product: rows in any slice (across panels of 16), weight rows sliced
     anywhere (across tiles of 6) and two weights stacked give the bits of the one call."""
-    x, w = rand(40, 96, seed=3), rand(22, 96, seed=4, dtype=dtype)
-    whole = native.panel_product(x, w)
-    for lo, hi in [(0, 16), (3, 20), (17, 40), (39, 40)]:
-        np.testing.assert_array_equal(native.panel_product(x[lo:hi], w), whole[lo:hi])
-    np.testing.assert_array_equal(native.panel_product(x, w[5:19]), whole[:, 5:19])
-    other = rand(9, 96, seed=5, dtype=dtype)
-    stacked = native.panel_product(x, np.concatenate([w, other]))
-    np.testing.assert_array_equal(stacked[:, :22], whole)
-    np.testing.assert_array_equal(stacked[:, 22:], native.panel_product(x, other))
+    slices = [(0, 16), (3, 20), (17, 40), (39, 40)]
+    _same_bits_in_any_grouping(native.panel_product, 40, 96, slices, dtype)
 
 
 @pytest.mark.parametrize("fn", PRODUCTS)
