@@ -295,9 +295,11 @@ def compile_network(
     product per batch entry, constants in their declared layout, tensors looked up by name,
     float16 through NumPy's casts. The default fast plan: attention reads the keys up to the
     last one a query may see; a product with a shared matrix runs on ``[rows, K]`` at once,
-    against a weight stored ``nn.Linear``-style ``[N, K]`` as a dot product per weight row
-    for one row (Q/K/V and gate/up stacked, one call for all), in blocks of weight rows for
-    2..16 rows (:func:`~trt_kv.interpreter.linalg.matrix_multiply`); a float16 weight that only
+    against a weight stored ``nn.Linear``-style ``[N, K]`` through the compiled helper where
+    it is built: a few rows (a decode step; Q/K/V and gate/up stacked, one call for all) each
+    weight element read once, up to 128 rows (a prefill chunk) as its panel product (without
+    it: a dot product per weight row for one row, blocks of weight rows for 2..16 rows;
+    :func:`~trt_kv.interpreter.linalg.matrix_multiply`); a float16 weight that only
     products read stays float16 where the compiled helper is built, read as stored up to 16
     rows (:func:`~trt_kv.interpreter.layout.keep_float16_weights`: half the bytes of a
     decode step, half the memory); constants are filled in once; float16 rounds and widens on

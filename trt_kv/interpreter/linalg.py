@@ -60,9 +60,9 @@ def _product(a: Array, b: Array) -> Array:
 def native_rows(dtype: np.dtype) -> int:
     """Rows up to which a product against a weight of ``dtype`` runs through the native
     helper (0: never; it is not built, or the dtype is not one it multiplies). Measured
-    against OpenBLAS one thread, weights from memory: float32 wins up to 8 rows (1 row:
-    ~1.1x, 2: ~1.6x, 8: ~1.15x, 16: ~0.9x), float16 up to 16 (the alternative widens the
-    weight first)."""
+    against OpenBLAS one thread, weights from memory, float32: ~2x faster at 1-2 rows, ~1.6x
+    at 4, ~1.2x at 8 (AMD EPYC; on an Intel Xeon 1.1-1.6x); float16 up to 16 rows (the
+    alternative widens the weight first). More rows: :func:`panel_rows`."""
     if not half.NATIVE:
         return 0
     return {_F16: 16, _F32: 8}.get(np.dtype(dtype), 0)
