@@ -161,18 +161,18 @@ F16C static inline float one_float32(float f) { return f; }
     F16C static inline __attribute__((always_inline)) void tile_##NAME(                       \
         const T *w, size_t k, const float *x, size_t n, float *out, const size_t nw,         \
         const size_t nx, const T *next) {                                                     \
-        __m256 acc[TILE_W][STREAM_X];                                                           \
+        __m256 acc[TILE_W][STREAM_X];                                                         \
         _Pragma("GCC unroll 4") for (size_t i = 0; i < nw; i++)                              \
             _Pragma("GCC unroll 4") for (size_t j = 0; j < nx; j++) acc[i][j] =             \
                 _mm256_setzero_ps();                                                          \
         size_t c = 0;                                                                         \
         for (; c + 8 <= k; c += 8) {                                                          \
-            __m256 xv[STREAM_X];                                                                \
+            __m256 xv[STREAM_X];                                                              \
             _Pragma("GCC unroll 4") for (size_t j = 0; j < nx; j++) xv[j] =                  \
                 _mm256_loadu_ps(x + j * k + c);                                               \
             _Pragma("GCC unroll 4") for (size_t i = 0; i < nw; i++) {                        \
                 __m256 wv = load8_##NAME(w + i * k + c);                                      \
-                if (next) _mm_prefetch((const char *)(next + i * k + c), _MM_HINT_T0);         \
+                if (next) _mm_prefetch((const char *)(next + i * k + c), _MM_HINT_T0);        \
                 _Pragma("GCC unroll 4") for (size_t j = 0; j < nx; j++) acc[i][j] =          \
                     _mm256_fmadd_ps(wv, xv[j], acc[i][j]);                                    \
             }                                                                                 \
@@ -240,7 +240,8 @@ F16C static inline __attribute__((always_inline)) void panel_tile(const float *w
     _Pragma("GCC unroll 6") for (int i = 0; i < nw; i++) acc[i][0] = acc[i][1] =
         _mm256_setzero_ps();
     for (size_t c = 0; c < k; c++) {
-        __m256 x0 = _mm256_loadu_ps(panel + c * PANEL), x1 = _mm256_loadu_ps(panel + c * PANEL + 8);
+        __m256 x0 = _mm256_loadu_ps(panel + c * PANEL);
+        __m256 x1 = _mm256_loadu_ps(panel + c * PANEL + 8);
         _Pragma("GCC unroll 6") for (int i = 0; i < nw; i++) {
             __m256 b = _mm256_broadcast_ss(w + i * k + c);
             acc[i][0] = _mm256_fmadd_ps(b, x0, acc[i][0]);
@@ -284,7 +285,7 @@ F16C static inline const float *as_float32_float16(const uint16_t *w, size_t cou
             }                                                                                  \
         for (size_t r = 0; r < n; r += PANEL_W) {                                              \
             size_t nw = n - r < PANEL_W ? n - r : PANEL_W;                                     \
-            const float *wf = as_float32_##NAME(w + r * k, nw * k, block);                       \
+            const float *wf = as_float32_##NAME(w + r * k, nw * k, block);                     \
             for (size_t p = 0; p < panels; p++) {                                              \
                 size_t m = rows - p * PANEL < PANEL ? rows - p * PANEL : PANEL;                \
                 const float *panel = packed + p * PANEL * k;                                   \
