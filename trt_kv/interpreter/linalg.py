@@ -46,15 +46,26 @@ def _product(a: Array, b: Array) -> Array:
         and b.size >= 1 << 16
         and a.dtype == b.dtype
     ):
-        if m <= native_rows(b.dtype):
-            return native.product(a, b.T)
-        if m <= panel_rows(b.dtype):
-            return native.panel_product(a, b.T)
+        out = _native_product(a, b.T)
+        if out is not None:
+            return out
         if m == 1:
             return row_dots(b.T, a[0])[None]
         if 1 < m <= _FEW_ROWS and a.dtype == _F32:
             return _few_rows(a, b.T)
     return a @ b
+
+
+def _native_product(rows: Array, w: Array) -> Array | None:
+    """``rows [M, K] @ w^T`` for a weight ``w [N, K]`` through the native helper: its product
+    up to :func:`native_rows` rows, its panels up to :func:`panel_rows`; None for more rows,
+    or where it is not built."""
+    m = rows.shape[0]
+    if m <= native_rows(w.dtype):
+        return native.product(rows, w)
+    if m <= panel_rows(w.dtype):
+        return native.panel_product(rows, w)
+    return None
 
 
 def native_rows(dtype: np.dtype) -> int:
@@ -137,11 +148,8 @@ def narrow_weight_product(a: Array, w: Array) -> Array:
     k, n = w.shape[-1], w.shape[-2]
     matrix = w.reshape(n, k)
     rows = a.reshape(-1, k)
-    if rows.shape[0] <= native_rows(_F16):
-        out = native.product(rows, matrix)
-    elif rows.shape[0] <= panel_rows(_F16):
-        out = native.panel_product(rows, matrix)
-    else:
+    out = _native_product(rows, matrix)
+    if out is None:
         step = max(1, _WIDE_BLOCK // max(k, 1))
         out = np.empty((rows.shape[0], n), np.float32)
         for lo in range(0, n, step):
