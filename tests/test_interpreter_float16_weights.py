@@ -19,7 +19,7 @@ from test_interpreter_half import require_compiled_helper
 from test_interpreter_support import Net, rand
 
 from trt_kv._trt import trt
-from trt_kv.errors import DTypeError, ShapeError
+from trt_kv.errors import ArgumentError, DTypeError, ShapeError
 from trt_kv.interpreter import compile_network, linalg, native
 
 M = trt.MatrixOperation
@@ -38,18 +38,35 @@ def _float32_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 WEIGHT_DTYPES = ["float16", "float32"]
-PRODUCTS = [native.product, native.panel_product]
+
+
+def avx2_panels(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The panel product with AVX2 (tiles of 6 weight rows against one panel of 16 rows)."""
+    return native.panel_product(x, w, wide=False)
+
+
+def wide_panels(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The panel product with AVX-512 (tiles of 12 weight rows against two panels)."""
+    if not native.WIDE:
+        pytest.skip("this processor has no AVX-512: the AVX2 panels are the ones it runs")
+    return native.panel_product(x, w, wide=True)
+
+
+PANELS = [avx2_panels, wide_panels]
+PRODUCTS = [native.product, *PANELS]
 
 
 # Every tile shape. product: up to 4 input rows, one weight row at a time against 1-4 of them;
 # more, weight rows in fours and a remainder against input rows in pairs and a remainder; K in
-# eights and a tail (K below 8 is all tail). panel_product: panels of 16 rows, full and partial
-# (rows past M zero), against tiles of 6 weight rows and a remainder of 1-5; K of 1 and odd.
+# eights and a tail (K below 8 is all tail). Panels: panels of 16 rows, full and partial (rows
+# past M zero; AVX-512: pairs of panels and a last single one), against tiles of 6 (12) weight
+# rows and every remainder; K of 1 and odd (x copied 8 x 8 at a time, and a tail).
+PANEL_SHAPES = [(17, 7, 577), (33, 6, 1), (128, 13, 64), (16, 1, 8), (5, 11, 3), (130, 300, 200)]
+PANEL_SHAPES += [(48, 25, 64), (32, 12, 9), (9, 23, 15)]
 SHAPES = [
     *[(native.product, *s) for s in [(1, 7, 577), (2, 9, 8), (3, 4, 3), (4, 6, 40)]],
     *[(native.product, *s) for s in [(16, 1000, 333), (5, 13, 1536), (1, 1, 1)]],
-    *[(native.panel_product, *s) for s in [(17, 7, 577), (33, 6, 1), (128, 13, 64)]],
-    *[(native.panel_product, *s) for s in [(16, 1, 8), (5, 11, 3), (130, 300, 200)]],
+    *[(fn, *s) for fn in PANELS for s in PANEL_SHAPES],
 ]
 
 
@@ -96,12 +113,29 @@ def _same_bits_in_any_grouping(fn, m: int, k: int, slices: list, dtype: str) -> 
     np.testing.assert_array_equal(stacked[:, 22:], fn(x, other))
 
 
+@pytest.mark.parametrize("fn", PANELS)
 @pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
-def test_panel_product_element_has_the_same_bits_whatever_is_computed_with_it(dtype):
-    """As for the product: rows in any slice (across panels of 16), weight rows sliced
-    anywhere (across tiles of 6) and two weights stacked give the bits of the one call."""
-    slices = [(0, 16), (3, 20), (17, 40), (39, 40)]
-    _same_bits_in_any_grouping(native.panel_product, 40, 96, slices, dtype)
+def test_panel_product_element_has_the_same_bits_whatever_is_computed_with_it(dtype, fn):
+    """As for the product: rows in any slice (across panels of 16 and pairs of them), weight
+    rows sliced anywhere (across tiles of 6 and 12) and two weights stacked give the bits of
+    the one call."""
+    slices = [(0, 16), (3, 20), (17, 40), (39, 40), (0, 33)]
+    _same_bits_in_any_grouping(fn, 40, 96, slices, dtype)
+
+
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+@pytest.mark.parametrize(("rows", "n", "k"), [(128, 30, 577), (40, 13, 96), (7, 25, 8)])
+def test_avx2_and_avx512_panels_give_the_same_bits(rows, n, k, dtype):
+    """Each element is the same float32 sum over K in order either way, so a plan gives the
+    same bits on processors with and without AVX-512."""
+    x, w = rand(rows, k, seed=8), rand(n, k, seed=9, dtype=dtype)
+    np.testing.assert_array_equal(wide_panels(x, w), avx2_panels(x, w))
+
+
+def test_wide_panels_are_refused_without_avx512(monkeypatch):
+    monkeypatch.setattr(native, "WIDE", False)
+    with pytest.raises(ArgumentError, match=r"^wide: expected"):
+        native.panel_product(rand(20, 8), rand(3, 8), wide=True)
 
 
 @pytest.mark.parametrize("fn", PRODUCTS)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.errors import DTypeError, ShapeError, mismatch
+from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
-SIGNATURES = 5  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 6  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -65,6 +65,8 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             lib.trt_kv_widen_float16.argtypes = [pointer, size, size, size, pointer]
             products = (lib.trt_kv_product_float16, lib.trt_kv_product_float32)
             panels = (lib.trt_kv_panels_float16, lib.trt_kv_panels_float32)
+            panels += (lib.trt_kv_panels_wide_float16, lib.trt_kv_panels_wide_float32)
+            lib.trt_kv_native_wide.restype = ctypes.c_int
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
         for fn in (*products, *panels):
@@ -78,6 +80,8 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
 
 
 LIB = load()
+# Whether this processor runs the AVX-512 panel product (the same bits as the AVX2 one)
+WIDE = LIB is not None and LIB.trt_kv_native_wide() == 1
 
 
 def strided_runs(a: np.ndarray) -> tuple[int, int, int] | None:
@@ -178,20 +182,25 @@ def product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def panel_product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray:
     """``x [M, K] @ w^T`` as :func:`product` (same operands, same result within float32
     rounding) for many rows, a prefill chunk: ``x`` copied into transposed panels of 16 rows,
-    each tile of 6 weight rows (float16 widened first) multiplied against every panel, as a
-    matrix product does. Each element is one float32 sum over K in order (another order than
-    :func:`product`'s, again whatever else is computed with it). ~15% faster than OpenBLAS at
-    128 rows on one AMD EPYC core here; slower from ~256 (the plan keeps BLAS there).
+    each tile of weight rows (float16 widened first) multiplied against every panel, as a
+    matrix product does: 6 rows against one panel with AVX2, or with ``wide`` (AVX-512, the
+    default where :data:`WIDE`) 12 rows against two. Each element is one float32 sum over K in
+    order, the same bits either way (another order than :func:`product`'s, again whatever
+    else is computed with it). At 128 rows on one AMD EPYC (Zen 4) core here ~10% (AVX2) and
+    ~20% (AVX-512) faster than OpenBLAS; slower from ~256 (the plan keeps BLAS there).
 
     Raises:
         MemoryError: no memory for the panels (a copy of ``x``); nothing is computed.
+        ArgumentError: ``wide`` on a processor without AVX-512.
     """
+    if wide and not WIDE:
+        raise ArgumentError(mismatch("wide", "value", "False (no AVX-512 here)", wide))
     x, w, out = _operands(x, w)
     if out.size:
-        fn = getattr(LIB, _PANELS[w.dtype])
+        fn = getattr(LIB, (_WIDE_PANELS if wide else _PANELS)[w.dtype])
         if fn(address(w), *w.shape, address(x), x.shape[0], address(out)):
             raise MemoryError(f"panels of x {x.shape}: no memory for a copy of x")
     return out
@@ -199,3 +208,4 @@ def panel_product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 _PRODUCTS = {_F16: "trt_kv_product_float16", _F32: "trt_kv_product_float32"}
 _PANELS = {_F16: "trt_kv_panels_float16", _F32: "trt_kv_panels_float32"}
+_WIDE_PANELS = {_F16: "trt_kv_panels_wide_float16", _F32: "trt_kv_panels_wide_float32"}
