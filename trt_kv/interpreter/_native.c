@@ -1,5 +1,6 @@
 /* The CPU interpreter's native helper: float16 conversions with the processor's own
- * instructions, and products of a few rows against a weight (x86-64 AVX2, FMA and F16C).
+ * instructions, products of rows against a weight, and a prefill chunk's attention (x86-64
+ * AVX2, FMA and F16C; AVX-512 where the processor has it, for the panel product).
  *
  * Conversions. NumPy converts float16 one element at a time in C (~2-3 ns an element); these
  * convert eight at a time (~0.2 ns). Results are NumPy's bits exactly: finite values and
@@ -29,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #ifndef TRT_KV_NATIVE_SOURCE
@@ -59,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 6 /* change with any signature in this file */
+#define SIGNATURES 7 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -410,6 +412,224 @@ PANELS(float, float32, panels, F16C, PANEL_W, 1)
 PANELS(uint16_t, float16, panels_wide, WIDE, WIDE_W, 2)
 PANELS(float, float32, panels_wide, WIDE, WIDE_W, 2)
 
+/* Attention (scaled dot-product, GQA) of float32 rows against float32 keys and values, for the
+ * fast plan: out [B, Nq, Sq, H] from q [B, Nq, Sq, H] (contiguous), k and v [B, Nkv, n, H]
+ * (H contiguous, the other axes strided: a window of a cache [B, Nkv, S_max, H]) and keep
+ * [B, KH, Sq, n] (bytes, contiguous; KH 1 or Nq: one mask for every head or one a head), which
+ * says which keys each query row sees. Query head i reads KV head i / (Nq / Nkv). A row's
+ * scores are computed only up to the last key it sees, in blocks of 4 rows (the keys transposed
+ * once per KV head: 8 keys a vector); keys it does not see are never read, so an unwritten cache
+ * row (NaN) or a key past the causal diagonal costs nothing and cannot reach the row. Softmax
+ * as NumPy's reference does it (the peak subtracted; exp by exp8 below, within ~1 ulp of
+ * NumPy's), then the values weighted and summed and divided by the total. A row that sees no
+ * key gives zeros; one whose seen scores hold NaN or +inf gives NaN (as the reference). */
+
+/* e^x for x <= 0 (a score less its row's peak), 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, e^r by
+ * Cephes' expf polynomial (~1 ulp), times 2^n; 0 below -87.3 (float32's smallest normal:
+ * what NumPy gives there is a subnormal, < 1.2e-38 of the peak's weight) and for -inf. */
+F16C static inline __m256 exp8(__m256 x) {
+    const __m256 lowest = _mm256_set1_ps(-87.33654f);
+    __m256 under = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lowest);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r);
+    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+    return _mm256_andnot_ps(under, y);
+}
+
+/* Eight keep bytes as a lane mask (all ones where the byte is not 0). */
+F16C static inline __m256 keep8(const uint8_t *keep) {
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)keep));
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, _mm256_setzero_si256()));
+}
+
+#define ATT_ROWS 4 /* query rows whose scores are computed together */
+
+/* One query row's softmax over its scores [0, seen) (seen a multiple of 8; keep padded with
+ * 0 up to it), in place into weights; returns the total, 0 when the row sees no key or only
+ * scores of -inf (the row is zeros), NaN when a seen score is NaN or +inf (the row is NaN). */
+F16C static float softmax_row(float *scores, const uint8_t *keep, size_t seen, float scale) {
+    const __m256 minus_inf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
+    __m256 peak = minus_inf, bad = _mm256_setzero_ps();
+    for (size_t j = 0; j < seen; j += 8) {
+        __m256 m = keep8(keep + j), s = _mm256_loadu_ps(scores + j);
+        if (scale != 1.0f) s = _mm256_mul_ps(s, sc);
+        bad = _mm256_or_ps(bad, _mm256_and_ps(m, _mm256_cmp_ps(s, s, _CMP_UNORD_Q)));
+        bad = _mm256_or_ps(bad, _mm256_and_ps(m, _mm256_cmp_ps(s, _mm256_set1_ps(INFINITY),
+                                                              _CMP_EQ_OQ)));
+        s = _mm256_blendv_ps(minus_inf, s, m);
+        _mm256_storeu_ps(scores + j, s);
+        peak = _mm256_max_ps(peak, s);
+    }
+    if (_mm256_movemask_ps(bad)) return NAN;
+    float lanes[8], top = -INFINITY;
+    _mm256_storeu_ps(lanes, peak);
+    for (int i = 0; i < 8; i++) top = lanes[i] > top ? lanes[i] : top;
+    if (top == -INFINITY) return 0.0f;
+    __m256 total = _mm256_setzero_ps(), t = _mm256_set1_ps(top);
+    for (size_t j = 0; j < seen; j += 8) {
+        __m256 w = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), t));
+        _mm256_storeu_ps(scores + j, w);
+        total = _mm256_add_ps(total, w);
+    }
+    return lanes_sum(total);
+}
+
+/* The values weighted for a block of ATT_ROWS rows: out[i] [h] = sum over keys j < last of
+ * weights[i][j] * v_j, / total[i] (weights 0 where row i does not see key j). Each v_j is read
+ * once for the block, 16 columns at a time against the rows' 2 x ATT_ROWS running sums; a key
+ * no row of the block sees is skipped (never read). Rows whose total is not > 0 (see
+ * softmax_row) are written zeros or NaN instead; rows from count on are computed and dropped. */
+F16C static void weigh_block(const float *weights, size_t stride, const uint8_t *any, size_t last,
+                             const float *v, size_t v_row, size_t h, const float *total,
+                             float *const *out, size_t count) {
+    size_t c0 = 0;
+    for (; c0 + 16 <= h; c0 += 16) {
+        __m256 acc[ATT_ROWS][2];
+        for (int i = 0; i < ATT_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (size_t j = 0; j < last; j++) {
+            if (!any[j]) continue;
+            __m256 v0 = _mm256_loadu_ps(v + j * v_row + c0);
+            __m256 v1 = _mm256_loadu_ps(v + j * v_row + c0 + 8);
+            _Pragma("GCC unroll 4") for (int i = 0; i < ATT_ROWS; i++) {
+                __m256 w = _mm256_set1_ps(weights[i * stride + j]);
+                acc[i][0] = _mm256_fmadd_ps(w, v0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(w, v1, acc[i][1]);
+            }
+        }
+        for (size_t i = 0; i < count; i++) {
+            __m256 d = _mm256_set1_ps(total[i]);
+            _mm256_storeu_ps(out[i] + c0, _mm256_div_ps(acc[i][0], d));
+            _mm256_storeu_ps(out[i] + c0 + 8, _mm256_div_ps(acc[i][1], d));
+        }
+    }
+    for (size_t i = 0; i < count; i++)
+        for (size_t c = c0; c < h; c++) {
+            float sum = 0.0f;
+            for (size_t j = 0; j < last; j++)
+                if (any[j]) sum += weights[i * stride + j] * v[j * v_row + c];
+            out[i][c] = sum / total[i];
+        }
+    for (size_t i = 0; i < count; i++)
+        if (!(total[i] > 0.0f)) /* no key, or NaN: zeros or NaN */
+            for (size_t c = 0; c < h; c++) out[i][c] = total[i] == 0.0f ? 0.0f : NAN;
+}
+
+/* Where key j's element c lies in the transposed keys: blocks of 16 keys, each [h][16]
+ * (contiguous: a block's scores read 4 KB in order at H = 64, not 64 lines a row apart). */
+static inline size_t kt_at(size_t j, size_t c, size_t h) { return (j / 16 * h + c) * 16 + j % 16; }
+
+/* kt = the keys k [n][h] (rows stride apart) transposed (kt_at), 0 from n to n16 (n rounded
+ * up to 16): 8 x 8 blocks in registers, the rest one by one. */
+F16C static void transpose_keys(const float *k, size_t stride, size_t n, size_t h, float *kt,
+                                size_t n16) {
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        size_t c = 0;
+        for (; c + 8 <= h; c += 8) {
+            __m256 r[8];
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) r[i] =
+                _mm256_loadu_ps(k + (j + i) * stride + c);
+            transpose8(r);
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(kt + kt_at(j, c + i, h), r[i]);
+        }
+        for (; c < h; c++)
+            for (size_t i = 0; i < 8; i++) kt[kt_at(j + i, c, h)] = k[(j + i) * stride + c];
+    }
+    for (size_t c = 0; c < h; c++) {
+        for (size_t i = j; i < n; i++) kt[kt_at(i, c, h)] = k[i * stride + c];
+        for (size_t i = n; i < n16; i++) kt[kt_at(i, c, h)] = 0.0f;
+    }
+}
+
+/* trt_kv_attention_float32: see above. kv_strides: k's and v's batch, head and row strides in
+ * elements. Returns 0, or -1 (nothing written) when its scratch memory cannot be had. */
+F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
+                                  const float *k, const float *v, size_t nkv, size_t n,
+                                  const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
+                                  float scale, float *out) {
+    size_t n16 = (n + 15) / 16 * 16, group = nq / nkv; /* keys padded to 16 */
+    float *kt = malloc((h * n16 + ATT_ROWS * n16) * sizeof(float) + 1);
+    uint8_t *pad = malloc((ATT_ROWS + 1) * n16 + 1), *any = pad + ATT_ROWS * n16;
+    if (!kt || !pad) {
+        free(kt), free(pad);
+        return -1;
+    }
+    float *scores = kt + h * n16;
+    for (size_t bi = 0; bi < b; bi++)
+        for (size_t hk = 0; hk < nkv; hk++) {
+            const float *kb = k + bi * kv_strides[0] + hk * kv_strides[1];
+            const float *vb = v + bi * kv_strides[0] + hk * kv_strides[1];
+            transpose_keys(kb, kv_strides[2], n, h, kt, n16);
+            size_t rows = group * sq;
+            for (size_t r0 = 0; r0 < rows; r0 += ATT_ROWS) {
+                size_t count = rows - r0 < ATT_ROWS ? rows - r0 : ATT_ROWS, seen = 0;
+                const float *qr[ATT_ROWS];
+                const uint8_t *kr[ATT_ROWS];
+                float *orow[ATT_ROWS];
+                size_t last[ATT_ROWS];
+                for (size_t i = 0; i < ATT_ROWS; i++) {
+                    size_t r = r0 + (i < count ? i : 0), hq = hk * group + r / sq, s = r % sq;
+                    size_t row = (bi * nq + hq) * sq + s;
+                    qr[i] = q + row * h;
+                    orow[i] = out + row * h;
+                    kr[i] = keep + ((bi * keep_heads + (keep_heads > 1 ? hq : 0)) * sq + s) * n;
+                    size_t l = n;
+                    while (l && !kr[i][l - 1]) l--;
+                    last[i] = l;
+                    size_t l8 = (l + 15) / 16 * 16;
+                    seen = l8 > seen ? l8 : seen;
+                    /* the row's keep bytes, 0 up to the block's bound */
+                    memcpy(pad + i * n16, kr[i], l);
+                    memset(pad + i * n16 + l, 0, n16 - l);
+                }
+                for (size_t j = 0; j < seen; j += 16) { /* scores of 4 rows, 16 keys a step */
+                    __m256 acc[ATT_ROWS][2];
+                    for (int i = 0; i < ATT_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+                    for (size_t c = 0; c < h; c++) {
+                        __m256 k0 = _mm256_loadu_ps(kt + kt_at(j, c, h));
+                        __m256 k1 = _mm256_loadu_ps(kt + kt_at(j, c, h) + 8);
+                        _Pragma("GCC unroll 4") for (int i = 0; i < ATT_ROWS; i++) {
+                            __m256 x = _mm256_set1_ps(qr[i][c]);
+                            acc[i][0] = _mm256_fmadd_ps(x, k0, acc[i][0]);
+                            acc[i][1] = _mm256_fmadd_ps(x, k1, acc[i][1]);
+                        }
+                    }
+                    for (int i = 0; i < ATT_ROWS; i++) {
+                        _mm256_storeu_ps(scores + i * n16 + j, acc[i][0]);
+                        _mm256_storeu_ps(scores + i * n16 + j + 8, acc[i][1]);
+                    }
+                }
+                float total[ATT_ROWS];
+                size_t bound = 0;
+                for (size_t i = 0; i < count; i++) {
+                    total[i] = softmax_row(scores + i * n16, pad + i * n16, seen, scale);
+                    bound = last[i] > bound ? last[i] : bound;
+                }
+                for (size_t j = 0; j < bound; j++) { /* keys some row of the block sees */
+                    uint8_t seen_by = 0;
+                    for (size_t i = 0; i < count; i++) seen_by |= pad[i * n16 + j];
+                    any[j] = seen_by;
+                }
+                weigh_block(scores, n16, any, bound, vb, kv_strides[2], h, total, orow, count);
+            }
+        }
+    free(kt), free(pad);
+    return 0;
+}
+
 #else /* another processor or compiler: half.py keeps its NumPy recipes */
 
 int trt_kv_native_ready(void) { return 0; }
@@ -456,6 +676,15 @@ int trt_kv_panels_wide_float16(const uint16_t *w, size_t n, size_t k, const floa
 int trt_kv_panels_wide_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
                                float *out) {
     (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+    return -1;
+}
+
+int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
+                             const float *k, const float *v, size_t nkv, size_t n,
+                             const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
+                             float scale, float *out) {
+    (void)q, (void)b, (void)nq, (void)sq, (void)h, (void)k, (void)v, (void)nkv, (void)n;
+    (void)kv_strides, (void)keep, (void)keep_heads, (void)scale, (void)out;
     return -1;
 }
 
