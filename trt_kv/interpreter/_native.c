@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 7 /* change with any signature in this file */
+#define SIGNATURES 8 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -630,6 +630,49 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
     return 0;
 }
 
+/* Rotary position embedding of float32 rows, Hugging Face's form as the reference computes
+ * it (ops.apply_rope), bit for bit: out = x * [c, c] + rotate_half(x) * [-s, s] on the leading
+ * r elements of each row of x [B, N, S, H] (contiguous), the rest copied; c and s the rows
+ * positions[b, s] of the tables cos, sin [P, r / 2]. Each product is rounded, then the sum
+ * (no fused multiply-add: the barrier below keeps the compiler from fusing them).
+ * interleaved: pairs (x[2i], x[2i + 1]) instead of (x[i], x[i + r / 2]). */
+#define UNFUSED(v) __asm__("" : "+x"(v))
+F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t h, size_t r,
+                              const float *cos, const float *sin, const int64_t *positions,
+                              int interleaved, float *out) {
+    size_t half = r / 2;
+    for (size_t bi = 0; bi < b; bi++)
+        for (size_t n = 0; n < nh; n++)
+            for (size_t s = 0; s < sq; s++) {
+                size_t row = (bi * nh + n) * sq + s;
+                const float *xr = x + row * h, *c = cos + positions[bi * sq + s] * half;
+                const float *sn = sin + positions[bi * sq + s] * half;
+                float *o = out + row * h;
+                size_t i = 0;
+                if (!interleaved)
+                    for (; i + 8 <= half; i += 8) {
+                        __m256 x1 = _mm256_loadu_ps(xr + i), x2 = _mm256_loadu_ps(xr + half + i);
+                        __m256 ci = _mm256_loadu_ps(c + i), si = _mm256_loadu_ps(sn + i);
+                        __m256 a = _mm256_mul_ps(x1, ci), d = _mm256_mul_ps(x2, ci);
+                        __m256 e = _mm256_mul_ps(x2, si), f = _mm256_mul_ps(x1, si);
+                        UNFUSED(a);
+                        UNFUSED(d);
+                        UNFUSED(e);
+                        UNFUSED(f);
+                        _mm256_storeu_ps(o + i, _mm256_sub_ps(a, e));
+                        _mm256_storeu_ps(o + half + i, _mm256_add_ps(d, f));
+                    }
+                for (; i < half; i++) {
+                    size_t one = interleaved ? 2 * i : i, two = interleaved ? 2 * i + 1 : i + half;
+                    volatile float a = xr[one] * c[i], d = xr[two] * c[i];
+                    volatile float e = xr[two] * sn[i], f = xr[one] * sn[i];
+                    o[one] = a - e;
+                    o[two] = d + f;
+                }
+                for (size_t j = r; j < h; j++) o[j] = xr[j];
+            }
+}
+
 #else /* another processor or compiler: half.py keeps its NumPy recipes */
 
 int trt_kv_native_ready(void) { return 0; }
@@ -686,6 +729,13 @@ int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, siz
     (void)q, (void)b, (void)nq, (void)sq, (void)h, (void)k, (void)v, (void)nkv, (void)n;
     (void)kv_strides, (void)keep, (void)keep_heads, (void)scale, (void)out;
     return -1;
+}
+
+void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t h, size_t r,
+                         const float *cos, const float *sin, const int64_t *positions,
+                         int interleaved, float *out) {
+    (void)x, (void)b, (void)nh, (void)sq, (void)h, (void)r, (void)cos, (void)sin;
+    (void)positions, (void)interleaved, (void)out;
 }
 
 #endif

@@ -23,7 +23,7 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
-SIGNATURES = 7  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 8  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -69,6 +69,9 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             panels += (lib.trt_kv_panels_wide_float16, lib.trt_kv_panels_wide_float32)
             lib.trt_kv_native_wide.restype = ctypes.c_int
             attention = lib.trt_kv_attention_float32
+            lib.trt_kv_rope_float32.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer]
+            lib.trt_kv_rope_float32.argtypes += [ctypes.c_int, pointer]
+            lib.trt_kv_rope_float32.restype = None
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
         for fn in (*products, *panels):
@@ -267,4 +270,47 @@ def attention(
         address(keep), heads, float(scale), address(out),
     ):  # fmt: skip
         raise MemoryError(f"attention of q {q.shape}: no memory for the keys transposed")
+    return out
+
+
+def rope(
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    positions: np.ndarray,
+    rotary_dim: int | None = None,
+    interleaved: bool = False,
+) -> np.ndarray:
+    """:func:`trt_kv.reference.ops.apply_rope` of float32 ``x [B, N, S, H]`` with float32
+    tables ``cos``, ``sin [P, R/2]`` at ``positions [B, S]`` (each in ``[-P, P)``, negative
+    from the end as NumPy indexes), bit for bit: each product rounded, then their sum, in one
+    pass over x instead of six.
+
+    Raises:
+        DTypeError: x, cos or sin not float32.
+        ShapeError: shapes that do not fit, or a position outside ``[-P, P)``.
+    """
+    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
+        expect_dtype(name, a, _F32)
+    h = x.shape[-1] if x.ndim == 4 else -1
+    r = h if rotary_dim is None else rotary_dim
+    p = cos.shape[0] if cos.ndim == 2 else 0
+    positions = np.asarray(positions)
+    if h < 0 or cos.shape != sin.shape or cos.shape[1:] != (r // 2,) or r % 2 or not 0 <= r <= h:
+        shapes = (x.shape, cos.shape, sin.shape, r)
+        raise ShapeError(mismatch("x, cos, sin", "[B, N, S, H], [P, R/2] x 2", "", shapes))
+    if positions.shape != (x.shape[0], x.shape[2]) or positions.dtype.kind not in "iu":
+        raise ShapeError(mismatch("positions", "[B, S] integers", "", positions.shape))
+    if positions.size and not -p <= positions.min() <= positions.max() < p:
+        raise ShapeError(
+            mismatch("positions", "in", f"[-{p}, {p})", (positions.min(), positions.max()))
+        )
+    rows = np.ascontiguousarray(np.where(positions < 0, positions + p, positions), np.int64)
+    x, cos, sin = (_contiguous_aligned(a) for a in (x, cos, sin))
+    out = np.empty(x.shape, _F32)
+    if out.size:
+        LIB.trt_kv_rope_float32(
+            address(x), *x.shape, r, address(cos), address(sin), rows.ctypes.data,
+            int(interleaved), address(out),
+        )  # fmt: skip
     return out
