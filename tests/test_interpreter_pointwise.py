@@ -11,6 +11,7 @@ import pytest
 from test_interpreter_support import Net, rand
 
 from trt_kv._trt import trt
+from trt_kv.interpreter import execute
 
 E = trt.ElementWiseOperation
 U = trt.UnaryOperation
@@ -203,6 +204,25 @@ def test_sigmoid_saturates_to_its_limits_without_warnings():
         warnings.simplefilter("error")
         out = net.run({"x": x})["out"]
     np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-38)  # 0 where it is subnormal
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_sigmoid_of_many_elements_is_within_four_ulps(fast):
+    """8192 elements: a fast plan computes them in the native helper where it is built (its
+    own exp, ~3 ulps), the plain plan with NumPy (up to 4); either is within 4 float32 ulps
+    of float64, NaN stays NaN and the infinities give the limits."""
+    x = np.random.default_rng(11).uniform(-30, 30, 8192).astype(np.float32)
+    x[:5] = [np.nan, np.inf, -np.inf, 0.0, -100.0]
+    net = Net()
+    net.mark(
+        net.network.add_activation(net.input("x", "float32", x.shape), A.SIGMOID).get_output(0)
+    )
+    net.build({"x": x})
+    out = execute(net.network, {"x": x}, fast=fast)["out"]
+    np.testing.assert_array_equal(out[:5], [np.nan, 1.0, 0.0, 0.5, 0.0])
+    expected = 1 / (1 + np.exp(-x[5:].astype(np.float64)))
+    ulp = np.spacing(expected.astype(np.float32))
+    assert (np.abs(out[5:] - expected) <= 4 * ulp).all()
 
 
 def test_select_picks_then_where_condition_true():

@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 8 /* change with any signature in this file */
+#define SIGNATURES 9 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -424,13 +424,15 @@ PANELS(float, float32, panels_wide, WIDE, WIDE_W, 2)
  * NumPy's), then the values weighted and summed and divided by the total. A row that sees no
  * key gives zeros; one whose seen scores hold NaN or +inf gives NaN (as the reference). */
 
-/* e^x for x <= 0 (a score less its row's peak), 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, e^r by
- * Cephes' expf polynomial (~1 ulp), times 2^n; 0 below -87.3 (float32's smallest normal:
- * what NumPy gives there is a subnormal, < 1.2e-38 of the peak's weight) and for -inf. */
+/* e^x, 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, e^r by Cephes' expf polynomial (~1 ulp), times
+ * 2^n. 0 below -87.3 (float32's smallest normal: the true value is a subnormal, < 1.2e-38)
+ * and for -inf; +inf above 88 (e^88 is 1.7e38, float32's largest finite is 3.4e38); NaN
+ * is not handled (the callers keep it apart). */
 F16C static inline __m256 exp8(__m256 x) {
-    const __m256 lowest = _mm256_set1_ps(-87.33654f);
+    const __m256 lowest = _mm256_set1_ps(-87.33654f), highest = _mm256_set1_ps(88.0f);
     __m256 under = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lowest);
+    __m256 over = _mm256_cmp_ps(x, highest, _CMP_GT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lowest), highest);
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -445,7 +447,26 @@ F16C static inline __m256 exp8(__m256 x) {
     y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
-    return _mm256_andnot_ps(under, y);
+    return _mm256_blendv_ps(_mm256_andnot_ps(under, y), _mm256_set1_ps(INFINITY), over);
+}
+
+/* y = 1 / (1 + e^-x) for float32 x [n] (y may be x): exp8 then one rounded addition and one
+ * division, within ~3 ulps; NaN stays NaN, -inf gives 0, +inf 1, x < -88 the limit 0. */
+F16C void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(y + i, _mm256_blendv_ps(s, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    }
+    if (i < n) { /* the last few through one padded vector */
+        float in[8] = {0}, out[8];
+        memcpy(in, x + i, (n - i) * sizeof(float));
+        trt_kv_sigmoid_float32(in, out, 8);
+        memcpy(y + i, out, (n - i) * sizeof(float));
+    }
 }
 
 /* Eight keep bytes as a lane mask (all ones where the byte is not 0). */
@@ -737,5 +758,7 @@ void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t 
     (void)x, (void)b, (void)nh, (void)sq, (void)h, (void)r, (void)cos, (void)sin;
     (void)positions, (void)interleaved, (void)out;
 }
+
+void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) { (void)x, (void)y, (void)n; }
 
 #endif

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from trt_kv._trt import trt
+from trt_kv.interpreter import half, native
 from trt_kv.interpreter.registry import Array, Context, Inputs, handles
 
 _E = trt.ElementWiseOperation
@@ -140,13 +141,27 @@ def _activation(kind: object, alpha: float, beta: float) -> object:
 
 @handles(trt.LayerType.ACTIVATION, trt.IActivationLayer)
 def activation(layer: object, ctx: Context) -> object:
-    """The documented activation formulas, with the layer's ``alpha`` and ``beta``."""
+    """The documented activation formulas, with the layer's ``alpha`` and ``beta``. A fast
+    float32 plan computes SIGMOID (SiLU's half) in the native helper where it is built."""
     alpha = ctx.compute.type(layer.alpha)
     beta = ctx.compute.type(layer.beta)
     fn = _activation(layer.type, alpha, beta)
     if fn is None:
         raise ctx.unsupported(f"activation {layer.type}")
+    if layer.type == _A.SIGMOID and ctx.fast and half.NATIVE:
+        fn = _fast_sigmoid
     return lambda x: fn(x[0])
+
+
+def _fast_sigmoid(x: Array) -> Array:
+    """:func:`_sigmoid` through the native helper for float32 arrays of ``_NATIVE_SIZE``
+    elements or more (~4x faster there; within ~3 ulps, as NumPy's within 4)."""
+    if x.dtype == np.float32 and x.size >= _NATIVE_SIZE:
+        return native.sigmoid(x)
+    return _sigmoid(x)
+
+
+_NATIVE_SIZE = 4096  # below this, a call through ctypes costs more than NumPy's passes save
 
 
 @handles(trt.LayerType.SELECT, trt.ISelectLayer)
