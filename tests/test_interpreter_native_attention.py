@@ -201,9 +201,13 @@ def test_prefill_chunks_run_native_attention_and_agree_with_the_plain_plan(
 
 
 def test_native_attention_runs_only_where_it_pays():
-    q, k = rand(1, 9, 128, 64), rand(1, 3, 128, 64)
+    q, k = rand(2, 9, 128, 64), rand(2, 3, 128, 64)
+    f32 = np.dtype(np.float32)
     pays = transformer._native_attention_pays
-    assert pays(q, k, None, np.dtype(np.float32))
-    assert not pays(q[:, :, :1], k, None, np.dtype(np.float32))  # a decode step
-    assert not pays(q, rand(1, 3, 1024, 64), None, np.dtype(np.float32))  # deep in a context
-    assert not pays(q, k, np.zeros((1, 1, 128, 128), np.float32), np.dtype(np.float32))
+    assert pays(q, k, k, None, f32)
+    assert not pays(q[:, :, :1], k, k, None, f32)  # a decode step
+    deep = rand(2, 3, 1024, 64)
+    assert not pays(q, deep, deep, None, f32)  # deep in a context
+    assert not pays(q, k, k, np.zeros((1, 1, 128, 128), np.float32), f32)  # additive mask
+    assert not pays(q, k[:1], k[:1], None, f32)  # K and V broadcast over the batch
+    assert not pays(q.astype(np.float64), k, k, None, np.dtype(np.float64))

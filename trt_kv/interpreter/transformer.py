@@ -248,7 +248,7 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
                 n = _keys_seen(k.shape[2], mask, kv_len, causal)
                 k, v = k[:, :, :n], v[:, :, :n]
                 mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
-                if _native_attention_pays(q, k, mask, compute):
+                if _native_attention_pays(q, k, v, mask, compute):
                     keep = ops.causal_keep(q.shape[2], n, causal, kv_len, q.shape[0])
                     keep = keep if mask is None else keep & mask
                     k, v = widen_to(k, compute), widen_to(v, compute)
@@ -274,19 +274,24 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
     return Kernel(run, raw_inputs=frozenset({1, 2}) if ctx.fast else frozenset())
 
 
-def _native_attention_pays(q: Array, k: Array, mask: Array | None, compute: np.dtype) -> bool:
+def _native_attention_pays(
+    q: Array, k: Array, v: Array, mask: Array | None, compute: np.dtype
+) -> bool:
     """Whether the native helper's attention (:func:`~trt_kv.interpreter.native.attention`)
-    runs this call: float32, a bool mask or none, GQA heads that divide, and a prefill-like
-    shape, 8 or more query rows against up to twice as many keys (or 128): there it is
-    1.2-2x faster than NumPy's passes (each row's scores only up to its last key: a causal
-    chunk's first half reads half the keys). Decode steps and chunks deep into a long
-    context keep NumPy's products, which are faster there (~1.4-1.8x at 2048 keys)."""
+    runs this call: float32, a bool mask or none, K and V of q's batch and H (no broadcast
+    batch), GQA heads that divide, and a prefill-like shape, 8 or more query rows against up
+    to twice as many keys (or 128): there it is 1.2-2x faster than NumPy's passes (each
+    row's scores only up to its last key: a causal chunk's first half reads half the keys).
+    Decode steps and chunks deep into a long context keep NumPy's products, which are
+    faster there (~1.4-1.8x at 2048 keys)."""
     sq, n = q.shape[2], k.shape[2]
     return (
         half.NATIVE
         and compute == np.float32
         and q.dtype == compute
         and (mask is None or mask.dtype == np.bool_)
+        and k.shape == v.shape
+        and (k.shape[0], k.shape[3]) == (q.shape[0], q.shape[3])
         and q.shape[1] % k.shape[1] == 0
         and sq >= _NATIVE_ATTENTION_ROWS
         and n <= max(2 * sq, _NATIVE_ATTENTION_KEYS)
