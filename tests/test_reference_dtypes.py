@@ -107,3 +107,20 @@ def test_attention_default_scale_keeps_float32():
     out = attention(q, k, v, causal="upper_left", kv_lengths=np.array([4]))
     assert out.dtype == np.float32
     assert set(_float_dtypes()) == {"float32"}, _float_dtypes()
+
+
+def test_linear_is_the_float64_product_on_both_sides_of_its_row_threshold():
+    """Up to ``_FEW_ROWS`` rows (a decode step) the reference multiplies as ``(W x^T)^T``, more
+    as ``x W^T``: either way float32 in, float32 out, ``[..., Out]``, within float32 rounding
+    of the float64 product."""
+    from trt_kv.reference import ops
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((48, 40)).astype(np.float32)
+    for rows in (1, ops._FEW_ROWS, ops._FEW_ROWS + 1, 64):
+        x = rng.standard_normal((1, rows, 40)).astype(np.float32)
+        out = ops.linear(x, w)
+        expected = x.astype(np.float64) @ w.astype(np.float64).T
+        bound = 2 * 40 * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w).T)
+        assert out.dtype == np.float32 and out.shape == (1, rows, 48)
+        assert (np.abs(out - expected) <= bound).all()

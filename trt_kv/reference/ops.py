@@ -149,8 +149,15 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``x W^T`` for ``x [..., In]`` and ``w [Out, In]`` (``nn.Linear`` layout) -> ``[..., Out]``,
-    as one ``[rows, In] @ [In, Out]`` product (NumPy would run one per leading index)."""
-    return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(*x.shape[:-1], w.shape[0])
+    as one ``[rows, In] @ [In, Out]`` product (NumPy would run one per leading index); up to
+    ``_FEW_ROWS`` rows (a decode step) as ``(W rows^T)^T``, which OpenBLAS runs ~18% faster
+    against a weight read from memory (the same products; its own summation order)."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = (w @ rows.T).T if len(rows) <= _FEW_ROWS else rows @ w.T
+    return out.reshape(*x.shape[:-1], w.shape[0])
+
+
+_FEW_ROWS = 16  # rows up to which linear multiplies as (W rows^T)^T
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
