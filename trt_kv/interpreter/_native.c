@@ -412,18 +412,6 @@ PANELS(float, float32, panels, F16C, PANEL_W, 1)
 PANELS(uint16_t, float16, panels_wide, WIDE, WIDE_W, 2)
 PANELS(float, float32, panels_wide, WIDE, WIDE_W, 2)
 
-/* Attention (scaled dot-product, GQA) of float32 rows against float32 keys and values, for the
- * fast plan: out [B, Nq, Sq, H] from q [B, Nq, Sq, H] (contiguous), k and v [B, Nkv, n, H]
- * (H contiguous, the other axes strided: a window of a cache [B, Nkv, S_max, H]) and keep
- * [B, KH, Sq, n] (bytes, contiguous; KH 1 or Nq: one mask for every head or one a head), which
- * says which keys each query row sees. Query head i reads KV head i / (Nq / Nkv). A row's
- * scores are computed only up to the last key it sees, in blocks of 4 rows (the keys transposed
- * once per KV head: 8 keys a vector); keys it does not see are never read, so an unwritten cache
- * row (NaN) or a key past the causal diagonal costs nothing and cannot reach the row. Softmax
- * as NumPy's reference does it (the peak subtracted; exp by exp8 below, within ~1 ulp of
- * NumPy's), then the values weighted and summed and divided by the total. A row that sees no
- * key gives zeros; one whose seen scores hold NaN or +inf gives NaN (as the reference). */
-
 /* e^x, 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, e^r by Cephes' expf polynomial (~1 ulp), times
  * 2^n. 0 below -87.3 (float32's smallest normal: the true value is a subnormal, < 1.2e-38)
  * and for -inf; +inf above 88 (e^88 is 1.7e38, float32's largest finite is 3.4e38); NaN
@@ -475,9 +463,21 @@ F16C static inline __m256 keep8(const uint8_t *keep) {
     return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, _mm256_setzero_si256()));
 }
 
+/* Attention (scaled dot-product, GQA) of float32 rows against float32 keys and values, for the
+ * fast plan: out [B, Nq, Sq, H] from q [B, Nq, Sq, H] (contiguous), k and v [B, Nkv, n, H]
+ * (H contiguous, the other axes strided: a window of a cache [B, Nkv, S_max, H]) and keep
+ * [B, KH, Sq, n] (bytes, contiguous; KH 1 or Nq: one mask for every head or one a head), which
+ * says which keys each query row sees. Query head i reads KV head i / (Nq / Nkv). Rows go in
+ * blocks of ATT_ROWS; a block's scores are computed only up to the last key one of its rows
+ * sees (the keys transposed once per KV head, in blocks of 16: kt_at), so a key past the
+ * causal diagonal costs nothing. Softmax as NumPy's reference does it (the peak subtracted;
+ * exp8, within ~1 ulp of NumPy's exp), then the values weighted and summed and divided by the
+ * total. A key no row of a block sees is never read (an unwritten cache row, NaN, cannot reach
+ * any output); one another row of the block sees is read with weight 0. A row that sees no
+ * key gives zeros; one whose seen scores hold NaN or +inf gives NaN (as the reference). */
 #define ATT_ROWS 4 /* query rows whose scores are computed together */
 
-/* One query row's softmax over its scores [0, seen) (seen a multiple of 8; keep padded with
+/* One query row's softmax over its scores [0, seen) (seen a multiple of 16; keep padded with
  * 0 up to it), in place into weights; returns the total, 0 when the row sees no key or only
  * scores of -inf (the row is zeros), NaN when a seen score is NaN or +inf (the row is NaN). */
 F16C static float softmax_row(float *scores, const uint8_t *keep, size_t seen, float scale) {
@@ -610,8 +610,8 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
                     size_t l = n;
                     while (l && !kr[i][l - 1]) l--;
                     last[i] = l;
-                    size_t l8 = (l + 15) / 16 * 16;
-                    seen = l8 > seen ? l8 : seen;
+                    size_t l16 = (l + 15) / 16 * 16;
+                    seen = l16 > seen ? l16 : seen;
                     /* the row's keep bytes, 0 up to the block's bound */
                     memcpy(pad + i * n16, kr[i], l);
                     memset(pad + i * n16 + l, 0, n16 - l);
