@@ -224,13 +224,12 @@ def attention(
     (GQA: Nq a multiple of Nkv; windows of a cache are read where they lie) with ``keep``
     (bool, broadcastable to ``[B, 1 or Nq, Sq, n]``: which keys each query row sees) ->
     float32 ``[B, Nq, Sq, H]``, as :func:`trt_kv.reference.ops.attention` with that mask and
-    ``scale``, within float32 rounding (its own ``exp``: ~1 ulp; other summation orders). Each
-    row reads only the keys it sees: a row that sees none gives zeros, one whose seen scores
-    hold NaN or +inf gives NaN; rows go in blocks of 4, and a key no row of a block sees (an
-    unwritten cache row) is never read for it, one another row sees is read with weight 0.
-    ~2x faster than
-    NumPy's passes for a 128-token prefill chunk, much of it by computing each row's scores
-    only up to its last key.
+    ``scale``, within float32 rounding (its own ``exp``: ~1 ulp; other summation orders). A
+    row that sees no key gives zeros, one whose seen scores hold NaN or +inf gives NaN. Rows
+    go in blocks of 4: a key no row of a block sees (an unwritten cache row) is never read for
+    it, one another row of the block sees is read with weight 0. ~2x faster than NumPy's
+    passes for a 128-token prefill chunk, much of it by computing scores only up to the last
+    key a block's rows see.
 
     Raises:
         DTypeError: q, k or v not float32, or keep not bool.
