@@ -21,16 +21,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from trt_kv.emulator import cuda_driver, cuda_runtime, polygraphy_cuda
+from trt_kv.emulator.counting import Counts, counting
 from trt_kv.emulator.cuda_runtime import submit
 from trt_kv.emulator.device import CudaCallFailed, device
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError
 from trt_kv.emulator.streams import StreamWorkError
 
 __all__ = [
+    "Counts",
     "CudaCallFailed",
     "DeviceMemory",
     "EmulatorError",
     "StreamWorkError",
+    "counting",
     "device",
     "emulated_gpu",
     "is_active",

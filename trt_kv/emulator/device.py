@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import runtime as _rt
 
+from trt_kv.emulator.counting import record_call, record_copy
 from trt_kv.emulator.host_memory import transfer
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError, is_device_pointer
 from trt_kv.emulator.streams import LEGACY_STREAM, Checked, Work, WorkQueue
@@ -44,6 +45,7 @@ def returning(n: int, success: object, convert: Callable[[object], object]) -> C
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def api(*args: object) -> tuple:
+            record_call(fn.__name__)
             try:
                 values = fn(*args)
             except CudaCallFailed as e:
@@ -263,6 +265,7 @@ class Device:
             return d, s
 
         addresses()
+        record_copy(kind, count)
 
         def work() -> None:
             d, s = addresses()
