@@ -101,7 +101,8 @@ class Session:
         """
         chunks = self._plan(prompts, lo, from_empty=True)
         for slot in range(lo, lo + len(prompts)):
-            self.reset(slot)
+            self.state.reset(slot)
+        self.storage.zero(lo, len(prompts))  # one fill per cache for the whole window
         return self._run(chunks, len(prompts))
 
     def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:

@@ -9,6 +9,7 @@ import/export) are written once here, on four primitives each home implements.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Sequence
 
 import ml_dtypes
@@ -20,6 +21,30 @@ from trt_kv.builder.model_caches import cache_names
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
 Snapshot = dict[str, np.ndarray]  # cache input name -> [N, L, H] rows of one slot
+SCRATCH = -1  # the slot a reorder parks one slot of a cycle in (beside the capacity)
+
+
+def reorder_moves(order: Sequence[int]) -> list[tuple[int, int]]:
+    """Slot copies ``(src, dst)`` that give slot k the contents of slot ``order[k]``.
+
+    A slot is written once, and only after every slot that reads its old contents has
+    copied them; a cycle (``[1, 0]``: a swap) saves one of its slots to :data:`SCRATCH`
+    first. So a permutation of B slots in C cycles is B - (fixed points) + C copies: a beam
+    of 4 swapped in pairs moves 4 slots and 2 scratch saves. Slots at or past
+    ``len(order)``, and slots that keep their own contents, are not touched.
+    """
+    reads = {k: s for k, s in enumerate(order) if s != k}  # dst -> src, still to copy
+    moves: list[tuple[int, int]] = []
+    while reads:
+        wanted = Counter(reads.values())  # slots whose old contents are still to be read
+        ready = [k for k in reads if not wanted[k]]
+        if not ready:  # every slot left is read by another: cycles; park one slot
+            parked = next(iter(reads))
+            moves.append((parked, SCRATCH))
+            reads = {k: SCRATCH if s == parked else s for k, s in reads.items()}
+            continue
+        moves.extend((reads.pop(k), k) for k in ready)
+    return moves
 
 
 class CacheStorage(ABC):
@@ -34,12 +59,17 @@ class CacheStorage(ABC):
 
     # -- primitives ------------------------------------------------------------------
     @abstractmethod
-    def zero(self, slot: int | None = None) -> None:
-        """Zero every slot, or one."""
+    def zero(self, slot: int | None = None, count: int = 1) -> None:
+        """Zero every slot, or ``count`` slots from ``slot`` on (one fill per cache)."""
 
     @abstractmethod
     def copy_slot(self, src: int, dst: int) -> None:
-        """Copy every cache's slot ``src`` onto slot ``dst``."""
+        """Copy every cache's slot ``src`` onto slot ``dst``; either may be :data:`SCRATCH`
+        once :meth:`reserve_scratch` has run."""
+
+    @abstractmethod
+    def reserve_scratch(self) -> None:
+        """Hold one more slot per cache, :data:`SCRATCH`, from now on (idempotent)."""
 
     @abstractmethod
     def read_slot(self, name: str, slot: int) -> np.ndarray:
@@ -64,11 +94,14 @@ class CacheStorage(ABC):
         }
 
     def reorder(self, order: Sequence[int]) -> None:
-        """Slot k takes the contents of slot ``order[k]`` (slots may repeat or drop)."""
-        saved = {s: {a.input: self.read_slot(a.input, s) for a in self.aliases} for s in set(order)}
-        for k, s in enumerate(order):
-            for name, rows in saved[s].items():
-                self.write_slot(name, k, rows)
+        """Slot k takes the contents of slot ``order[k]`` (slots may repeat or drop), by slot
+        copies inside the storage (:func:`reorder_moves`: each slot written at most once, a
+        cycle through the scratch slot), never through a host round trip."""
+        moves = reorder_moves(order)
+        if any(SCRATCH in move for move in moves):
+            self.reserve_scratch()  # before the first copy: a failure changes no slot
+        for src, dst in moves:
+            self.copy_slot(src, dst)
 
     def snapshot(self, slot: int, length: int) -> Snapshot:
         """Host copies ``[N, length, H]`` of one slot's caches."""
@@ -208,6 +241,7 @@ class HostCaches(CacheStorage):
         super().__init__(aliases, capacity)
         shape = (capacity, *self.slot_shape)
         held = {a.input: self._held(a, wide_float16_caches) for a in self.aliases}
+        self._scratch: dict[str, np.ndarray] = {}  # one slot per cache, made by a reorder
         try:
             self.arrays = {name: np.zeros(shape, dtype) for name, dtype in held.items()}
         except MemoryError as err:
@@ -235,16 +269,21 @@ class HostCaches(CacheStorage):
         """In-place views ``[b, N, S_max, H]`` of slots ``lo .. lo + b - 1``."""
         return {name: arr[lo : lo + b] for name, arr in self.arrays.items()}
 
-    def zero(self, slot: int | None = None) -> None:
+    def zero(self, slot: int | None = None, count: int = 1) -> None:
         for arr in self.arrays.values():
             if slot is None:
                 arr[...] = 0
             else:
-                arr[slot] = 0
+                arr[slot : slot + count] = 0
+
+    def reserve_scratch(self) -> None:
+        if not self._scratch:
+            self._scratch = {name: np.empty_like(arr[0]) for name, arr in self.arrays.items()}
 
     def copy_slot(self, src: int, dst: int) -> None:
-        for arr in self.arrays.values():
-            arr[dst] = arr[src]
+        for name, arr in self.arrays.items():
+            to = self._scratch[name] if dst == SCRATCH else arr[dst]
+            to[...] = self._scratch[name] if src == SCRATCH else arr[src]
 
     def read_slot(self, name: str, slot: int) -> np.ndarray:
         return self.arrays[name][slot].astype(self.dtype(name))  # a copy, in the cache dtype

@@ -113,10 +113,13 @@ class DeviceBuffer:
         check(self._rt.cudaStreamSynchronize(stream))
         return host
 
-    def copy_within(self, src_offset: int, dst_offset: int, nbytes: int) -> None:
+    def copy_to(self, target: DeviceBuffer, src_offset: int, dst_offset: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from ``src_offset`` here to ``dst_offset`` of ``target`` (this
+        buffer or another): a device-to-device ``cudaMemcpy``, in order with the legacy
+        stream's work, asynchronous to the host."""
         check(
             self._rt.cudaMemcpy(
-                self.address(dst_offset),
+                target.address(dst_offset),
                 self.address(src_offset),
                 nbytes,
                 self._rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,

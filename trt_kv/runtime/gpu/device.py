@@ -11,7 +11,7 @@ from trt_kv import dtypes
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.errors import SlotError, mismatch
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, require_gpu
-from trt_kv.runtime.storage import CacheStorage
+from trt_kv.runtime.storage import SCRATCH, CacheStorage
 
 ALIGNMENT = 256  # bytes; TensorRT's requirement for every bound tensor address
 
@@ -27,6 +27,7 @@ class DeviceCaches(CacheStorage):
             name: int(np.prod(self.slot_shape)) * dt.itemsize for name, dt in self.dtypes.items()
         }
         self.buffers = {name: DeviceBuffer(capacity * nb) for name, nb in self.slot_bytes.items()}
+        self.scratch: dict[str, DeviceBuffer] = {}  # the reorder's spare slot, once needed
         self.zero()
 
     def address(self, name: str, lo: int) -> int:
@@ -71,21 +72,35 @@ class DeviceCaches(CacheStorage):
     def free(self) -> None:
         """Give every cache buffer back to the device (idempotent); using the caches
         afterwards raises :class:`~trt_kv.errors.ClosedError`."""
-        for buf in self.buffers.values():
+        for buf in [*self.buffers.values(), *self.scratch.values()]:
             buf.free()
 
-    def zero(self, slot: int | None = None) -> None:
+    def zero(self, slot: int | None = None, count: int = 1) -> None:
+        """One ``cudaMemset`` per cache, for every slot or ``count`` slots from ``slot``."""
         for name, buf in self.buffers.items():
             if slot is None:
                 buf.memset(0)
             else:
                 nb = self.slot_bytes[name]
-                buf.memset(0, slot * nb, nb)
+                buf.memset(0, slot * nb, count * nb)
+
+    def reserve_scratch(self) -> None:
+        """One ``cudaMalloc`` of a slot per cache, freed with the caches."""
+        if not self.scratch:
+            self.scratch = {name: DeviceBuffer(nb) for name, nb in self.slot_bytes.items()}
 
     def copy_slot(self, src: int, dst: int) -> None:
-        for name, buf in self.buffers.items():
-            nb = self.slot_bytes[name]
-            buf.copy_within(src * nb, dst * nb, nb)
+        """Device-to-device copies, one per cache."""
+        for name in self.buffers:
+            source, src_offset = self._slot(name, src)
+            target, dst_offset = self._slot(name, dst)
+            source.copy_to(target, src_offset, dst_offset, self.slot_bytes[name])
+
+    def _slot(self, name: str, slot: int) -> tuple[DeviceBuffer, int]:
+        """The buffer and byte offset of one cache's ``slot`` (or its scratch slot)."""
+        if slot == SCRATCH:
+            return self.scratch[name], 0
+        return self.buffers[name], slot * self.slot_bytes[name]
 
     def read_slot(self, name: str, slot: int) -> np.ndarray:
         host = np.empty(self.slot_shape, self.dtypes[name])
