@@ -145,3 +145,40 @@ def test_zeroing_a_run_of_slots_is_one_fill_per_cache_and_leaves_the_others():
     finally:
         dev.free()
 
+
+@pytest.mark.gpu
+def test_captured_graphs_are_bounded_and_evicted_ones_destroyed(tmp_path):
+    from tiny_models import TINY_GQA
+
+    from trt_kv.emulator import counting, is_active
+    from trt_kv.jobs import build_llama_engine
+    from trt_kv.models.llama import random_weights
+    from trt_kv.runtime import Session
+    from trt_kv.runtime.gpu.trt_backend import MAX_GRAPHS, TrtBackend
+
+    weights = random_weights(TINY_GQA, seed=3, std=0.3)
+    shapes = {"max_seq_len": 8, "max_batch": 1, "max_step_tokens": 2}
+    path = build_llama_engine("lru", TINY_GQA, weights, out_dir=tmp_path, **shapes).path
+    slots = MAX_GRAPHS + 2  # one binding state (window start) per slot: two more than kept
+    backend = TrtBackend(path, capacity=slots, cuda_graph="manual")
+    session = Session(backend)
+    try:
+        if is_active():
+            with counting() as counts:
+                session.prefill([[1, 2]], lo=0)
+            assert counts.calls["cudaMemset"] == len(backend.storage.aliases)  # one per cache
+        for lo in range(slots):
+            session.prefill([[lo + 1, 2]], lo=lo)  # two tokens: not a decode step
+            if is_active():
+                with counting() as counts:
+                    session.decode([5], lo=lo)  # a fresh enqueue, then its capture
+                evicted = int(lo >= MAX_GRAPHS)
+                assert counts.calls["cudaGraphExecDestroy"] == evicted
+                assert counts.calls["cudaGraphDestroy"] == evicted
+            else:
+                session.decode([5], lo=lo)
+            assert len(backend._graphs) == min(lo + 1, MAX_GRAPHS)
+        assert list(backend._graphs) == [(0, lo, 1, 1) for lo in range(2, slots)]
+        session.decode([6], lo=slots - 1)  # the newest state again: a replay
+    finally:
+        backend.close()

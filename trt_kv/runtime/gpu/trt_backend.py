@@ -16,8 +16,10 @@ Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
   replays it only when the step before ran the same state; after a step of other shapes it
   enqueues afresh (TensorRT redoes shape-dependent set-up in the first enqueue after a shape
   change, which a replay would skip). Graphs, graph executables and the stream are destroyed
-  by :meth:`close` (or on collection). On TensorRT-RTX user capture may need engines built
-  with ``kREQUIRE_USER_ALLOCATION``.
+  by :meth:`close` (or on collection). At most :data:`MAX_GRAPHS` graphs are kept, least
+  recently used evicted (and destroyed) first; a state whose graph was evicted is captured
+  again. On TensorRT-RTX user capture may need engines built with
+  ``kREQUIRE_USER_ALLOCATION``.
 
 ``runtime_cache=PATH`` (TensorRT-RTX): the just-in-time compiler's kernels are loaded from
 ``PATH`` when it holds a cache TensorRT-RTX accepts, and saved there by :meth:`close`
@@ -27,6 +29,7 @@ Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Literal
 
@@ -44,6 +47,9 @@ from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cac
 from trt_kv.runtime.profiles import select_profile
 
 GraphMode = Literal["runtime", "manual"]
+# Captured decode graphs kept by one backend (manual capture): one per binding state
+# (profile, window start, batch) in use, e.g. a serving loop's few batch sizes and windows.
+MAX_GRAPHS = 8
 
 
 def _graph_mode(cuda_graph: bool | str) -> GraphMode | None:
@@ -95,7 +101,7 @@ class TrtBackend:
             self.context = self.engine.create_execution_context(self.runtime_config)
         else:
             self.context = self.engine.create_execution_context()
-        self._graphs: dict[tuple, tuple[object, object]] = {}  # state -> (graph, exec)
+        self._graphs: OrderedDict[tuple, tuple[object, object]] = OrderedDict()  # LRU first
         self._last_state: tuple | None = None  # binding state of the previous enqueue
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.stream = create_stream()
@@ -157,6 +163,7 @@ class TrtBackend:
         if self.graph_mode != "manual" or not decode:
             self._execute()
         elif state in self._graphs and state == self._last_state:
+            self._graphs.move_to_end(state)
             check(self._cuda.cudaGraphLaunch(self._graphs[state][1], self.stream))
         else:
             # A fresh enqueue after a change of binding state; it also serves as the warm-up
@@ -164,7 +171,9 @@ class TrtBackend:
             # by executing the enqueue function at least once before starting CUDA graph
             # capture.").
             self._execute()
-            if state not in self._graphs:
+            if state in self._graphs:
+                self._graphs.move_to_end(state)
+            else:
                 self._capture(state)
         self._last_state = state
 
@@ -179,6 +188,8 @@ class TrtBackend:
         if not ok:
             rt.cudaGraphDestroy(graph)
             self._call(False, "execute_async_v3 (under stream capture)")
+        if len(self._graphs) >= MAX_GRAPHS:
+            _destroy_graph(rt, *self._graphs.popitem(last=False)[1])
         self._graphs[state] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
 
     def run(self, plan: StepPlan) -> np.ndarray:
@@ -210,10 +221,9 @@ class TrtBackend:
 
     def _release(self, stream: int | None) -> None:
         rt = getattr(self, "_cuda", None)
-        graphs, self._graphs = getattr(self, "_graphs", {}), {}
+        graphs, self._graphs = getattr(self, "_graphs", {}), OrderedDict()
         for graph, graph_exec in graphs.values():
-            rt.cudaGraphExecDestroy(graph_exec)
-            rt.cudaGraphDestroy(graph)
+            _destroy_graph(rt, graph, graph_exec)
         if stream is not None:
             rt.cudaStreamDestroy(stream)
         for buffer in [*getattr(self, "buffers", {}).values(), getattr(self, "logits", None)]:
@@ -227,6 +237,11 @@ class TrtBackend:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: CUDA may be gone
             self.close()
+
+
+def _destroy_graph(rt: object, graph: object, graph_exec: object) -> None:
+    rt.cudaGraphExecDestroy(graph_exec)
+    rt.cudaGraphDestroy(graph)
 
 
 def _rt() -> object:
