@@ -74,6 +74,37 @@ def test_a_host_buffer_released_before_the_synchronize_is_an_error_there():
         rt().cudaStreamSynchronize(stream)
 
 
+def test_pinned_memory_is_page_aligned_and_read_when_the_stream_reaches_it():
+    stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(4))
+    pinned = ok(rt().cudaHostAlloc(4, rt().cudaHostAllocDefault))
+    assert pinned % 4096 == 0
+    host = np.ctypeslib.as_array((ctypes.c_uint8 * 4).from_address(pinned))
+    host[:] = [1, 2, 3, 4]
+    ok(rt().cudaMemcpyAsync(ptr, pinned, 4, kind("HostToDevice"), stream))
+    host[:] = [5, 6, 7, 8]  # a DMA from pinned memory reads it when the stream gets there
+    ok(rt().cudaStreamSynchronize(stream))
+    assert read(ptr, 4) == [5, 6, 7, 8]
+    ok(rt().cudaFreeHost(pinned))
+
+
+def test_pinned_memory_freed_before_its_copy_ran_is_an_error_at_the_synchronize():
+    stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(4))
+    pinned = ok(rt().cudaHostAlloc(4, rt().cudaHostAllocDefault))
+    ok(rt().cudaMemcpyAsync(ptr, pinned, 4, kind("HostToDevice"), stream))
+    ok(rt().cudaFreeHost(pinned))  # documented without synchronization: the copy is pending
+    with pytest.raises(EmulatorError, match="released by cudaFreeHost"):
+        rt().cudaStreamSynchronize(stream)
+
+
+def test_cuda_free_host_of_anything_but_a_live_pinned_block_is_invalid_value():
+    pinned = ok(rt().cudaHostAlloc(8, 0))
+    ok(rt().cudaFreeHost(pinned))
+    host = np.zeros(8, np.uint8)
+    for ptr in (pinned, host.ctypes.data):
+        assert rt().cudaFreeHost(ptr)[0] == rt().cudaError_t.cudaErrorInvalidValue
+    assert rt().cudaHostAlloc(8, 1 << 7)[0] == rt().cudaError_t.cudaErrorInvalidValue
+
+
 def test_each_stream_runs_in_its_own_order_and_only_when_synchronized():
     a, b = ok(rt().cudaStreamCreate()), ok(rt().cudaStreamCreate())
     pa, pb = ok(rt().cudaMalloc(2)), ok(rt().cudaMalloc(2))

@@ -181,6 +181,29 @@ def cudaFree(devPtr: int) -> None:
     _state().memory.free(devPtr)
 
 
+# The flags cudaHostAlloc takes (cuda-python's own values).
+cudaHostAllocDefault = _rt.cudaHostAllocDefault
+cudaHostAllocPortable = _rt.cudaHostAllocPortable
+cudaHostAllocMapped = _rt.cudaHostAllocMapped
+cudaHostAllocWriteCombined = _rt.cudaHostAllocWriteCombined
+_HOST_ALLOC_FLAGS = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined
+
+
+@_returns(1)
+def cudaHostAlloc(size: int, flags: int) -> int:
+    # "Allocates size bytes of host memory that is page-locked and accessible to the device."
+    if int(flags) & ~_HOST_ALLOC_FLAGS:
+        raise CudaCallFailed(cudaError_t.cudaErrorInvalidValue, f"cudaHostAlloc flags {flags}")
+    return _state().host_alloc(max(int(size), 1))
+
+
+@_returns(0)
+def cudaFreeHost(ptr: int) -> None:
+    # "Frees the memory space pointed to by hostPtr, which must have been returned by a
+    # previous call to cudaMallocHost() or cudaHostAlloc()." No synchronization is documented.
+    _state().host_free(int(ptr))
+
+
 def _copy(dst: int, src: int, count: int, kind: object) -> tuple[Callable[[], None], str]:
     try:
         kind = cudaMemcpyKind(kind)

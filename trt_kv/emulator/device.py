@@ -12,6 +12,7 @@ The capture rules cite the CUDA Programming Guide, "Prohibited and Unhandled Ope
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 import threading
@@ -26,6 +27,7 @@ from trt_kv.emulator.memory import DeviceMemory, EmulatorError, is_device_pointe
 from trt_kv.emulator.streams import LEGACY_STREAM, Checked, Work, WorkQueue
 
 Err = _rt.cudaError_t
+PAGE = 4096  # cudaHostAlloc's blocks start on a page
 Mode = _rt.cudaStreamCaptureMode
 
 
@@ -98,6 +100,8 @@ class Device:
         self.execs: dict[int, tuple[Node, ...]] = {}
         self.events: dict[int, Event] = {}
         self.queue = WorkQueue()
+        self.pinned: dict[int, tuple[int, ctypes.Array]] = {}  # cudaHostAlloc: ptr -> block
+        self.freed_pinned: dict[int, tuple[int, ctypes.Array]] = {}  # kept mapped (see free)
         self._handles = itertools.count(0x5EED_0001)
 
     def new_handle(self) -> int:
@@ -273,9 +277,40 @@ class Device:
 
         return Checked(addresses, work)
 
+    def host_alloc(self, size: int) -> int:
+        """Page-locked host memory (``cudaHostAlloc``): a page-aligned block, kept mapped
+        after :meth:`host_free` so that stream work reaching it late is reported."""
+        block = ctypes.create_string_buffer(size + PAGE)
+        ptr = -ctypes.addressof(block) % PAGE + ctypes.addressof(block)
+        self.pinned[ptr] = (size, block)
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        """Release a :meth:`host_alloc` block.
+
+        Raises:
+            CudaCallFailed: ``ptr`` is not a live pinned block (cudaErrorInvalidValue).
+        """
+        if ptr not in self.pinned:
+            raise CudaCallFailed(
+                Err.cudaErrorInvalidValue, f"cudaFreeHost({ptr:#x}): not a live pinned block"
+            )
+        self.freed_pinned[ptr] = self.pinned.pop(ptr)
+
+    def _check_pinned_live(self, ptr: int, count: int, role: str) -> None:
+        # cudaFreeHost documents no synchronization: work queued before it that reads or
+        # writes the block may reach it after the free (on a GPU, memory no longer pinned).
+        for start, (size, _) in self.freed_pinned.items():
+            if start <= ptr < start + size:
+                raise EmulatorError(
+                    f"copy {role} [{ptr:#x}, +{count}): expected live host memory, got pinned "
+                    "memory released by cudaFreeHost before the stream work reached it"
+                )
+
     def _side(self, ptr: int, count: int, side: str, role: str) -> int:
         if side == "D":
             return self.memory.host_address(ptr, count)
+        self._check_pinned_live(ptr, count, role)
         # cudaMemcpy: "Calling cudaMemcpy() with dst and src pointers that do not match the
         # direction of the copy results in an undefined behavior." The emulator refuses.
         if ptr == 0 or is_device_pointer(ptr):
