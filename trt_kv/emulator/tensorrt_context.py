@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt_kv._trt import trt
+from trt_kv.emulator.counting import counted_methods
 from trt_kv.emulator.cuda_runtime import submit
 from trt_kv.emulator.device import device
 from trt_kv.emulator.engines import EngineRecord, IOTensor, Shape
@@ -50,8 +51,10 @@ class _Binding:
     shapes: dict[str, Shape]  # every non-aliased output's shape at these input shapes
 
 
+@counted_methods
 class IExecutionContext:
-    """Stand-in for ``trt.IExecutionContext`` of an emulated engine."""
+    """Stand-in for ``trt.IExecutionContext`` of an emulated engine (its calls counted by
+    :func:`trt_kv.emulator.counting`)."""
 
     def __init__(
         self, engine: object, record: EngineRecord, logger: object, runtime_config: object
