@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from functools import cache
 
 import numpy as np
@@ -96,6 +97,11 @@ class DeviceBuffer:
             )
         )
 
+    def upload_from(self, pinned: PinnedBuffer, nbytes: int, stream: int) -> None:
+        """Copy the first ``nbytes`` of ``pinned`` here, asynchronously on ``stream``."""
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        check(self._rt.cudaMemcpyAsync(self.address(), pinned.ptr, nbytes, kind, stream))
+
     def download(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> np.ndarray:
         """Copy ``host.nbytes`` from ``offset`` into ``host`` on ``stream`` (0: the legacy
         stream) and synchronize that stream: ``host`` holds the bytes when this returns."""
@@ -129,6 +135,38 @@ class DeviceBuffer:
     def free(self) -> None:
         if self.ptr:
             self._rt.cudaFree(self.ptr)
+            self.ptr = 0
+
+    def __del__(self) -> None:
+        self.free()
+
+
+class PinnedBuffer:
+    """``nbytes`` of page-locked host memory (``cudaHostAlloc``): async copies from it are
+    true DMA, read when the stream reaches them, so it must not change until then.
+    Freed on :meth:`free` or collection."""
+
+    def __init__(self, nbytes: int) -> None:
+        from cuda.bindings import runtime as rt
+
+        self._rt = rt
+        self.nbytes = nbytes
+        self.ptr = 0  # until cudaHostAlloc succeeds
+        self.ptr = int(check(rt.cudaHostAlloc(max(nbytes, 1), rt.cudaHostAllocDefault)))
+
+    def view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A writable NumPy array ``shape`` of ``dtype`` over the bytes at ``offset``."""
+        count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if not self.ptr or offset + count > self.nbytes:
+            raise ArgumentError(
+                mismatch("pinned view", f"<= {self.nbytes} live bytes", "", offset + count)
+            )
+        raw = (ctypes.c_char * count).from_address(self.ptr + offset)
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+    def free(self) -> None:
+        if self.ptr:
+            self._rt.cudaFreeHost(self.ptr)
             self.ptr = 0
 
     def __del__(self) -> None:

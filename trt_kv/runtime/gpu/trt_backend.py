@@ -1,10 +1,13 @@
 """Fast path: trt_kv's own TensorRT bindings on device caches (GPU only).
 
 Each cache input and its aliased output are bound to the same device address (the slot
-window of :class:`DeviceCaches`); step inputs go through preallocated device buffers. Every
-TensorRT call that can refuse (``set_optimization_profile_async``, ``set_input_shape``,
-``set_tensor_address``, ``execute_async_v3``) is checked; a refusal raises
-:class:`~trt_kv.errors.EngineRunError` naming the call (details in the TensorRT log).
+window of :class:`DeviceCaches`); step inputs go through one pinned staging buffer and one
+upload a step (:class:`~trt_kv.runtime.gpu.staging.StepInputs`). Bindings (profile, shapes,
+addresses) are set only when the binding state (window start ``lo``, batch B, step width S)
+changes: a step in an unchanged state makes no TensorRT set-call. Every TensorRT call that
+can refuse (``set_optimization_profile_async``, ``set_input_shape``, ``set_tensor_address``,
+``execute_async_v3``) is checked; a refusal raises :class:`~trt_kv.errors.EngineRunError`
+naming the call (details in the TensorRT log).
 
 Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
 
@@ -44,6 +47,7 @@ from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchron
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
+from trt_kv.runtime.gpu.staging import StepInputs
 from trt_kv.runtime.profiles import select_profile
 
 GraphMode = Literal["runtime", "manual"]
@@ -103,15 +107,13 @@ class TrtBackend:
             self.context = self.engine.create_execution_context()
         self._graphs: OrderedDict[tuple, tuple[object, object]] = OrderedDict()  # LRU first
         self._last_state: tuple | None = None  # binding state of the previous enqueue
+        self._bound: tuple | None = None  # (lo, B, S) the context's bindings are set for
+        self._logits_shape: tuple[int, ...] = ()
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.stream = create_stream()
         self.inputs = frozenset(t.name for t in self.meta.inputs)
         most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
-        self.buffers = {
-            name: DeviceBuffer(most)
-            for name in self.inputs
-            if name not in {a.input for a in self.meta.aliases}
-        }
+        self.staging = StepInputs(self.inputs - {a.input for a in self.meta.aliases}, most)
         rows = capacity * (self.max_step_tokens if loaded.all_logits else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4)
 
@@ -126,9 +128,21 @@ class TrtBackend:
             )
 
     def _bind(self, plan: StepPlan) -> tuple:
+        """Upload ``plan``'s inputs, binding first where the binding state changed; returns
+        the state ``(profile, lo, B, S)``."""
+        feed = step_feed(plan, self.inputs)
+        key = (plan.lo, *plan.input_ids.shape)
+        if key != self._bound:
+            self._bound = None  # until every call below succeeded
+            self._state = self._bind_all(plan, feed)
+            self._logits_shape = tuple(self.context.get_tensor_shape(LOGITS))
+            self._bound = key
+        self.staging.upload(feed, self.stream)
+        return self._state
+
+    def _bind_all(self, plan: StepPlan, feed: dict[str, np.ndarray]) -> tuple:
         """Set the profile, every shape and address for ``plan``; returns the binding state."""
         ctx, b = self.context, len(plan.counts)
-        feed = step_feed(plan, self.inputs)
         shapes = {name: host.shape for name, host in feed.items()}
         shapes.update({a.input: (b, *self.storage.slot_shape) for a in self.meta.aliases})
         profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
@@ -137,8 +151,7 @@ class TrtBackend:
             self._call(ok, "set_optimization_profile_async", profile)
         for name, shape in shapes.items():
             self._call(ctx.set_input_shape(name, shape), "set_input_shape", name, shape)
-        for name in feed:
-            ptr = self.buffers[name].address()
+        for name, ptr in self.staging.arrange(feed).items():
             self._call(ctx.set_tensor_address(name, ptr), "set_tensor_address", name, ptr)
         for alias in self.meta.aliases:
             address = self.storage.address(alias.input, plan.lo)
@@ -147,12 +160,6 @@ class TrtBackend:
                 self._call(ok, "set_tensor_address", name, hex(address))
         ok = ctx.set_tensor_address(LOGITS, self.logits.address())
         self._call(ok, "set_tensor_address", LOGITS, hex(self.logits.address()))
-        # Uploads only once TensorRT took every binding. The host arrays stay referenced
-        # until run() has synchronized the stream: an async copy from pageable memory may
-        # read its source after cudaMemcpyAsync returns (docs/gpu-results.md).
-        self._held = {name: np.ascontiguousarray(host) for name, host in feed.items()}
-        for name, host in self._held.items():
-            self.buffers[name].upload(host, stream=self.stream)
         return (profile, plan.lo, b, plan.input_ids.shape[1])
 
     def _execute(self) -> None:
@@ -195,9 +202,8 @@ class TrtBackend:
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
         self._enqueue(self._bind(plan))
-        shape = tuple(self.context.get_tensor_shape(LOGITS))
-        host = self.logits.download(np.empty(shape, np.float32), stream=self.stream)
-        self._held = {}  # the download synchronized the stream: the uploads are done
+        # The download synchronizes the stream: the pinned inputs may change after it.
+        host = self.logits.download(np.empty(self._logits_shape, np.float32), stream=self.stream)
         return last_token_logits(host, plan)
 
     def close(self) -> None:
@@ -226,12 +232,11 @@ class TrtBackend:
             _destroy_graph(rt, graph, graph_exec)
         if stream is not None:
             rt.cudaStreamDestroy(stream)
-        for buffer in [*getattr(self, "buffers", {}).values(), getattr(self, "logits", None)]:
+        for buffer in (getattr(self, "staging", None), getattr(self, "logits", None)):
             if buffer is not None:
                 buffer.free()
         if getattr(self, "storage", None) is not None:
             self.storage.free()
-        self._held = {}
         self.context = self.runtime_config = self.engine = None  # in this order
 
     def __del__(self) -> None:
