@@ -85,3 +85,21 @@ def test_a_change_of_window_binds_again_and_gives_the_same_logits(engine):
         np.testing.assert_array_equal(first, second)
     finally:
         backend.close()
+
+
+def test_polygraphy_keeps_its_cache_views_across_steps(engine):
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
+
+    backend = PolygraphyBackend(engine, capacity=2)
+    try:
+        session = Session(backend)
+        session.prefill([[3, 4, 5], [3, 4, 5]])
+        views = backend.cache_views(0, 2)
+        for token in (6, 7, 8):
+            session.decode([token, token])
+        assert backend.cache_views(0, 2) is views
+        assert list(backend._views) == [(0, 2)]  # one window used: one set of views
+        session.decode([9], lo=1)
+        assert list(backend._views) == [(0, 2), (1, 1)]
+    finally:
+        backend.close()

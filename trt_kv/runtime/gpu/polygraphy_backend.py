@@ -71,6 +71,7 @@ class PolygraphyBackend:
             for a in self.meta.aliases
         }
         self.view = _cache_view_class()
+        self._views: dict[tuple[int, int], dict[str, object]] = {}  # (lo, B) -> cache views
         self.runner = TrtRunner(loaded.engine)
         self.runner.activate()
         self.closed = False
@@ -78,18 +79,34 @@ class PolygraphyBackend:
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("PolygraphyBackend", self.closed)
         steps = step_feed(plan, self.inputs)
-        shape = (len(plan.counts), *self.storage.slot_shape)
-        feed: dict[str, object] = dict(steps)
-        for alias in self.meta.aliases:
-            address = self.storage.address(alias.input, plan.lo)
-            feed[alias.input] = self.view(address, shape, self.view_dtypes[alias.input])
+        views = self.cache_views(plan.lo, len(plan.counts))
+        feed: dict[str, object] = {**steps, **views}
         shapes = {name: host.shape for name, host in steps.items()}
-        shapes.update({name: shape for name in self.view_dtypes})
+        shapes.update({name: view.shape for name, view in views.items()})
         profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
         if profile != self.runner.context.active_optimization_profile:
             self.runner.set_profile(profile)
         outputs = self.runner.infer(feed, copy_outputs_to_host=False)
         return last_token_logits(outputs[LOGITS].numpy(), plan)
+
+    def cache_views(self, lo: int, b: int) -> dict[str, object]:
+        """The device views ``[b, N, S_max, H]`` of every cache's window at slot ``lo``, made
+        once per window and reused by every step on it.
+
+        Raises:
+            SlotError: the window is not 256-byte aligned (:meth:`DeviceCaches.address`).
+        """
+        views = self._views.get((lo, b))
+        if views is None:
+            shape = (b, *self.storage.slot_shape)
+            views = {
+                alias.input: self.view(
+                    self.storage.address(alias.input, lo), shape, self.view_dtypes[alias.input]
+                )
+                for alias in self.meta.aliases
+            }
+            self._views[(lo, b)] = views
+        return views
 
     def close(self) -> None:
         """Deactivate the runner (Polygraphy frees its execution context and buffers) and
@@ -101,6 +118,7 @@ class PolygraphyBackend:
         from polygraphy.cuda import DeviceArray
 
         self.closed = True
+        self._views = {}
         runner, self.runner = self.runner, None
         # Polygraphy 0.53.6's deactivate frees the input buffers and context memory but not
         # the output allocator's buffers (a DeviceArray frees nothing when collected): the
