@@ -1,0 +1,56 @@
+"""Step inputs through one pinned buffer and one upload (``StepInputs``): the bytes that land
+on the device are the step's, at 256-byte aligned addresses that hold while the shapes do.
+CUDA only: on a real GPU unchanged, else on the emulated device."""
+
+import numpy as np
+import pytest
+
+from trt_kv.errors import ShapeError
+
+pytestmark = pytest.mark.gpu(tensorrt=False)
+
+
+def feed(b, s, seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "input_ids": rng.integers(0, 1000, (b, s)).astype(np.int32),
+        "position_ids": rng.integers(0, 64, (b, s)).astype(np.int64),
+        "write_indices": rng.integers(0, 64, (b,)).astype(np.int32),
+    }
+
+
+def test_each_step_lands_whole_at_the_arranged_addresses():
+    from trt_kv.runtime.gpu.cuda import create_stream, synchronize
+    from trt_kv.runtime.gpu.staging import StepInputs
+
+    stream = create_stream()
+    staging = StepInputs(frozenset(feed(1, 1, 0)), most_bytes=4 * 8 * 8)
+    try:
+        for b, s in ((4, 8), (2, 1), (2, 1), (1, 3)):
+            step = feed(b, s, seed=b * 10 + s)
+            addresses = staging.arrange(step)
+            assert all(a % 256 == 0 for a in addresses.values())
+            for k in range(3):  # new values each step, the same addresses
+                step = feed(b, s, seed=100 * k + b)
+                staging.upload(step, stream)
+                synchronize(stream)
+                for name, host in step.items():
+                    got = staging.device.download(
+                        np.empty_like(host), addresses[name] - staging.device.address()
+                    )
+                    np.testing.assert_array_equal(got, host)
+    finally:
+        staging.free()
+
+
+def test_a_step_of_other_shapes_than_arranged_is_refused():
+    from trt_kv.runtime.gpu.cuda import create_stream
+    from trt_kv.runtime.gpu.staging import StepInputs
+
+    staging = StepInputs(frozenset(feed(1, 1, 0)), most_bytes=4 * 8 * 8)
+    try:
+        staging.arrange(feed(2, 1, 0))
+        with pytest.raises(ShapeError, match="input_ids: expected the arranged shape"):
+            staging.upload(feed(2, 2, 0), create_stream())
+    finally:
+        staging.free()
