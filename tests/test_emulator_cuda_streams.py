@@ -105,6 +105,25 @@ def test_cuda_free_host_of_anything_but_a_live_pinned_block_is_invalid_value():
     assert rt().cudaHostAlloc(8, 1 << 7)[0] == rt().cudaError_t.cudaErrorInvalidValue
 
 
+def test_counting_counts_the_callers_calls_and_bytes_and_can_leave_work_unrun():
+    from trt_kv.emulator import counting
+
+    stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(4))
+    host = np.array([1, 2, 3, 4], np.uint8)
+    with counting() as outer:
+        upload(ptr, host, stream)
+        with counting(perform=False) as inner:
+            upload(ptr, np.array([9, 9, 9, 9], np.uint8), stream)  # checked, counted, not run
+            ok(rt().cudaStreamSynchronize(stream))
+        assert read(ptr, 4) == [1, 2, 3, 4]
+    assert dict(inner.calls) == {"cudaMemcpyAsync": 1, "cudaStreamSynchronize": 1}
+    assert dict(outer.calls) == {"cudaMemcpyAsync": 2, "cudaStreamSynchronize": 1, "cudaMemcpy": 1}
+    assert outer.bytes == {"HD": 8, "DH": 4} and inner.bytes == {"HD": 4}
+    assert 0 < inner.emulator_seconds <= outer.emulator_seconds
+    with counting(perform=False), pytest.raises(EmulatorError, match="outside every allocation"):
+        upload(ptr + 4096, host, stream)  # checks still run at submission
+
+
 def test_each_stream_runs_in_its_own_order_and_only_when_synchronized():
     a, b = ok(rt().cudaStreamCreate()), ok(rt().cudaStreamCreate())
     pa, pb = ok(rt().cudaMalloc(2)), ok(rt().cudaMalloc(2))

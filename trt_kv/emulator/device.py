@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import runtime as _rt
 
-from trt_kv.emulator.counting import record_call, record_copy
+from trt_kv.emulator.counting import emulated_call, performing, record_copy
 from trt_kv.emulator.host_memory import transfer
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError, is_device_pointer
 from trt_kv.emulator.streams import LEGACY_STREAM, Checked, Work, WorkQueue
@@ -47,11 +47,11 @@ def returning(n: int, success: object, convert: Callable[[object], object]) -> C
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def api(*args: object) -> tuple:
-            record_call(fn.__name__)
-            try:
-                values = fn(*args)
-            except CudaCallFailed as e:
-                return (convert(e.code), *([None] * n))
+            with emulated_call(fn.__name__, "cuda"):
+                try:
+                    values = fn(*args)
+                except CudaCallFailed as e:
+                    return (convert(e.code), *([None] * n))
             return (success, *(values if n > 1 else (values,) if n == 1 else ()))
 
         return api
@@ -194,6 +194,8 @@ class Device:
                 )
             s.capture.nodes.append(Node(what, work))
             return None
+        if not performing():  # counting(perform=False): checked now, never run
+            work = Checked(work.check, _skip) if isinstance(work, Checked) else _skip
         return self.queue.submit(LEGACY_STREAM if s is None else s.handle, work, what)
 
     def synchronize(self, stream: object, what: str) -> None:
@@ -319,6 +321,10 @@ class Device:
                 f"got {'null' if ptr == 0 else 'a device pointer'}"
             )
         return ptr
+
+
+def _skip() -> None:
+    """Stream work stubbed out by ``counting(perform=False)``."""
 
 
 _DEVICE: Device | None = None

@@ -84,8 +84,12 @@ class TrtBackend:
         capacity: int | None = None,
         cuda_graph: bool | GraphMode = False,
         runtime_cache: str | Path | None = None,
+        rebind_every_step: bool = False,
     ) -> None:
         self.graph_mode = _graph_mode(cuda_graph)
+        # True: set the profile, every shape and address at every step, as trt_kv did before
+        # it bound once; kept for scripts/bench_host.py's comparison, not for use.
+        self.rebind_every_step = rebind_every_step
         cache_path = None if runtime_cache is None else check_runtime_cache_path(runtime_cache)
         self.closed = False
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
@@ -132,7 +136,7 @@ class TrtBackend:
         the state ``(profile, lo, B, S)``."""
         feed = step_feed(plan, self.inputs)
         key = (plan.lo, *plan.input_ids.shape)
-        if key != self._bound:
+        if key != self._bound or self.rebind_every_step:
             self._bound = None  # until every call below succeeded
             self._state = self._bind_all(plan, feed)
             self._logits_shape = tuple(self.context.get_tensor_shape(LOGITS))

@@ -1,0 +1,129 @@
+"""Host work of one GPU decode step, counted on the emulated device (emulated figures).
+
+    python scripts/bench_host.py                 # table
+    python scripts/bench_host.py --json          # one JSON list
+
+For the SmolLM2-135M shape (seeded random weights, float16 engine; host work depends on the
+shape, not on the weights), batch 1 and 8, each capture mode: what one decode step in an
+unchanged binding state asks of TensorRT and CUDA (calls by name, bytes each way,
+synchronizations) and the host's own time for it, with the engine's execution and the copies
+stubbed out (``trt_kv.emulator.counting(perform=False)``) and the time inside the emulated
+calls taken off: Session planning, binding, staging, sampling's inputs, trt_kv's side of
+each call. ``host_us_per_step_before`` is the same step with every binding set
+again at every step (``TrtBackend(rebind_every_step=True)``, the path before trt_kv bound
+once), timed in the same run. Medians over ``--steps`` steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from trt_kv.emulator import counting, emulated_gpu
+from trt_kv.jobs import build_llama_engine
+from trt_kv.models.llama import LlamaConfig, random_weights
+from trt_kv.runtime import Session
+from trt_kv.runtime.gpu.trt_backend import TrtBackend
+
+NAME = "smollm2-135m-random"
+CAPTURES = {"none": False, "manual": "manual", "rtx": True}  # capture -> TrtBackend cuda_graph
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def per_step(engine: Path, batch: int, cuda_graph: bool | str, steps: int, **kw: object) -> dict:
+    """Counts of ``steps`` decode steps at one binding state, per step, and the median host
+    time of one (microseconds)."""
+    backend = TrtBackend(engine, capacity=batch, cuda_graph=cuda_graph, **kw)
+    try:
+        session = Session(backend)
+        session.prefill([[1, 2, 3, 4]] * batch)
+        tokens = np.full(batch, 5, np.int64)
+        for _ in range(3):  # bind, then capture (manual graphs), then replay: performed
+            session.decode(tokens)
+        times = []
+        with counting(perform=False) as counts:
+            for _ in range(steps):
+                start, inside = time.perf_counter(), counts.emulator_seconds
+                session.decode(tokens)
+                emulator = counts.emulator_seconds - inside  # the stand-ins' own checks
+                times.append(time.perf_counter() - start - emulator)
+    finally:
+        backend.close()
+    return {
+        "trt_calls_per_step": sum(counts.trt.values()) / steps,
+        "cuda_calls_per_step": sum(counts.calls.values()) / steps,
+        "h2d_bytes_per_step": counts.bytes["HD"] / steps,
+        "d2h_bytes_per_step": counts.bytes["DH"] / steps,
+        "syncs_per_step": sum(counts.calls[name] for name in SYNCS) / steps,
+        "host_us_per_step": statistics.median(times) * 1e6,
+        "trt_calls": dict(counts.trt),
+        "cuda_calls": dict(counts.calls),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--steps", type=int, default=50, help="decode steps timed (default 50)")
+    p.add_argument("--json", action="store_true", help="one JSON list instead of a table")
+    args = p.parse_args(argv)
+
+    config = LlamaConfig.smollm2_135m()
+    rows = []
+    with tempfile.TemporaryDirectory() as out, emulated_gpu():
+        engine = build_llama_engine(
+            NAME,
+            config,
+            random_weights(config, seed=0),
+            out_dir=Path(out),
+            dtype="float16",
+            max_seq_len=256,
+            max_batch=max(args.batch),
+            max_step_tokens=16,
+        ).path
+        for batch in args.batch:
+            for capture, cuda_graph in CAPTURES.items():
+                now = per_step(engine, batch, cuda_graph, args.steps)
+                before = per_step(engine, batch, cuda_graph, args.steps, rebind_every_step=True)
+                rows.append(
+                    {
+                        "backend": "tensorrt",
+                        "batch": batch,
+                        "cuda_graph": capture != "none",
+                        "capture": capture,
+                        **{k: v for k, v in now.items() if not k.endswith("_calls")},
+                        "host_us_per_step_before": before["host_us_per_step"],
+                        "trt_calls_per_step_before": before["trt_calls_per_step"],
+                        "trt_calls": now["trt_calls"],
+                        "cuda_calls": now["cuda_calls"],
+                    }
+                )
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{NAME}, float16 engine, emulated device, median of {args.steps} decode steps")
+    print(
+        "| batch | capture | TRT calls | CUDA calls | H2D B | D2H B | syncs | host us | "
+        "host us before | TRT calls before |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['batch']} | {r['capture']} | {r['trt_calls_per_step']:g} | "
+            f"{r['cuda_calls_per_step']:g} | {r['h2d_bytes_per_step']:g} | "
+            f"{r['d2h_bytes_per_step']:g} | {r['syncs_per_step']:g} | "
+            f"{r['host_us_per_step']:.0f} | {r['host_us_per_step_before']:.0f} | "
+            f"{r['trt_calls_per_step_before']:g} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
