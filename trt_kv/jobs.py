@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from trt_kv import build_defaults as defaults
 from trt_kv.builder import Profile, Routes, build_engine
 from trt_kv.engine_file import EngineMeta, describe, load_engine_file, save_engine
 from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
-from trt_kv.models.llama.network import default_step_tokens
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
@@ -40,14 +40,14 @@ def _tag(tag: str, always: bool = True) -> dict:
 class BuildOptions:
     """Every option of a model engine build (keywords of ``build_llama_network``).
 
-    File-name parts: ``float16-s256-b8-t64`` always; other fields only off their default,
-    as ``name_value`` (``name`` for True). ``max_step_tokens`` None is
-    ``default_step_tokens(max_seq_len)`` (``min(128, max_seq_len)``).
+    File-name parts: ``float16-s512-b8-t128`` always; other fields only off their default,
+    as ``name_value`` (``name`` for True). The defaults are :mod:`trt_kv.build_defaults`'s;
+    ``max_step_tokens`` None is ``min(128, max_seq_len)``.
     """
 
-    dtype: str = field(default="float16", metadata=_tag(""))
-    max_seq_len: int = field(default=512, metadata=_tag("s"))
-    max_batch: int = field(default=8, metadata=_tag("b"))
+    dtype: str = field(default=defaults.DTYPE, metadata=_tag(""))
+    max_seq_len: int = field(default=defaults.MAX_SEQ_LEN, metadata=_tag("s"))
+    max_batch: int = field(default=defaults.MAX_BATCH, metadata=_tag("b"))
     max_step_tokens: int | None = field(default=None, metadata=_tag("t"))
     all_logits: bool = False
     # the route of each network part ("auto": the best available)
@@ -55,7 +55,8 @@ class BuildOptions:
 
     def __post_init__(self) -> None:
         if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
-            object.__setattr__(self, "max_step_tokens", default_step_tokens(self.max_seq_len))
+            step = defaults.default_step_tokens(self.max_seq_len)
+            object.__setattr__(self, "max_step_tokens", step)
         if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
             object.__setattr__(self, "routes", Routes.from_json(self.routes))
 
@@ -67,7 +68,7 @@ class BuildOptions:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def key(self) -> str:
-        """The file-name part naming these options, e.g. ``"float16-s256-b8-t64"``."""
+        """The file-name part naming these options, e.g. ``"float16-s512-b8-t128"``."""
         parts = []
         for f in dataclasses.fields(self):
             value, meta = getattr(self, f.name), f.metadata or _tag(f.name, always=False)

@@ -18,7 +18,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         {
             "max_seq_len": "S_max (None: context + decode steps)",
             "max_batch": "engine profile's batch bound (at least the largest --batch)",
-            "max_step_tokens": "longest prefill step (None: the context, in one step)",
         },
     )
     p.set_defaults(max_seq_len=None, max_batch=1, runtime_cache=None)  # bench: no cache file
@@ -160,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     for context in args.context:
         shape = {
             "max_seq_len": args.max_seq_len or context + args.decode_steps,
-            "max_step_tokens": args.max_step_tokens or context,
+            "max_step_tokens": args.max_step_tokens,  # None: min(128, S_max)
             "max_batch": capacity,
             "engine": None,
         }

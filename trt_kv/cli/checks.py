@@ -107,11 +107,11 @@ def check_vocabulary(prompts: list[list[int]], vocab_size: int, option: str) -> 
 
 
 def check_prompt_lengths(
-    prompts: list[list[int]], step_tokens: int, max_seq_len: int, new_tokens: int, option: str
+    prompts: list[list[int]], max_seq_len: int, new_tokens: int, option: str
 ) -> None:
     """ArgumentError naming ``option`` when the longest prompt with ``new_tokens`` more does
-    not fit the cache (``--max-seq-len``, checked first: a step width derived from it is
-    never the cause) or the prompt does not fit one prefill step (``--max-step-tokens``)."""
+    not fit the cache (``--max-seq-len``; a prompt wider than one step is prefilled in
+    chunks)."""
     longest = max(len(p) for p in prompts)
     if longest + new_tokens - 1 > max_seq_len:
         raise ArgumentError(
@@ -121,10 +121,6 @@ def check_prompt_lengths(
                 "",
                 longest + new_tokens - 1,
             )
-        )
-    if longest > step_tokens:
-        raise ArgumentError(
-            mismatch(option, f"prompts of at most --max-step-tokens = {step_tokens}", "", longest)
         )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trt_kv import build_defaults as defaults
 from trt_kv.cli.checks import integer, routes
 from trt_kv.engines_dir import ENGINES_DIR
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from trt_kv.jobs import BuildOptions, BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
-DEFAULT_DTYPE = "float16"  # engines and the interpreter (jobs.BuildOptions' default too)
+DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
@@ -27,7 +28,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "computes in float32 only)",
         "max_seq_len": "S_max of every cache",
         "max_batch": "most sequences per step",
-        "max_step_tokens": "longest prompt per step (None: min(64, max-seq-len))",
+        "max_step_tokens": "most prompt tokens per step; longer prompts are prefilled in "
+        f"chunks (default: min({defaults.MAX_STEP_TOKENS}, --max-seq-len))",
         "out": "engine folder",
         "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
         "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "
@@ -37,18 +39,24 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     p.add_argument("--model", default="default", help=text["model"])
     p.add_argument("--dtype", default=None, choices=DTYPES, help=text["dtype"])
     p.add_argument(
-        "--max-seq-len", type=integer(1, 2**31 - 1), default=256, help=text["max_seq_len"]
+        "--max-seq-len",
+        type=integer(1, 2**31 - 1),
+        default=defaults.MAX_SEQ_LEN,
+        help=text["max_seq_len"],
     )
-    p.add_argument("--max-batch", type=integer(1), default=8, help=text["max_batch"])
+    p.add_argument(
+        "--max-batch", type=integer(1), default=defaults.MAX_BATCH, help=text["max_batch"]
+    )
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
     p.add_argument("--routes", type=routes, default=None, help=text["routes"])
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:
-    """``--max-step-tokens``, defaulting to ``min(64, --max-seq-len)``."""
+    """``--max-step-tokens``, defaulting to ``min(128, --max-seq-len)``
+    (:func:`trt_kv.build_defaults.default_step_tokens`)."""
     if args.max_step_tokens is None:
-        return min(64, args.max_seq_len)
+        return defaults.default_step_tokens(args.max_seq_len)
     return args.max_step_tokens
 
 

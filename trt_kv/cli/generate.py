@@ -36,8 +36,7 @@ MAX_NEW_TOKENS_HELP = (
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
-    step = "longest prompt per step (None: the longest prompt given, at least 64)"
-    common.add_model_arguments(p, helps={"max_step_tokens": step})
+    common.add_model_arguments(p)
     p.add_argument(
         "--prompt-ids", help=f"token ids, ';' per prompt (default: {DEFAULT_PROMPT_IDS})"
     )
@@ -271,12 +270,9 @@ def new_tokens(args: argparse.Namespace, prompts: list[list[int]]) -> int:
 
 
 def check_fit(args: argparse.Namespace, prompts: list[list[int]], option: str) -> None:
-    """Widen ``--max-step-tokens`` (when not given) to the longest prompt, then refuse
-    prompts that cannot fit a step or the cache (ArgumentError naming ``option``)."""
-    if args.max_step_tokens is None:  # room for the longest prompt in one step
-        args.max_step_tokens = min(args.max_seq_len, max(64, *map(len, prompts)))
-    step = common.max_step_tokens(args)
-    check_prompt_lengths(prompts, step, args.max_seq_len, new_tokens(args, prompts), option)
+    """Refuse prompts that with their new tokens do not fit the cache (ArgumentError naming
+    ``option``); a prompt wider than ``--max-step-tokens`` is prefilled in chunks."""
+    check_prompt_lengths(prompts, args.max_seq_len, new_tokens(args, prompts), option)
 
 
 def timings(result: Generation) -> dict:

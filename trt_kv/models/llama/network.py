@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt_kv import _trt
+from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.model_caches import ModelCaches, cache_names
@@ -144,19 +145,14 @@ class LlamaNetwork:
         }
 
 
-def default_step_tokens(max_seq_len: int) -> int:
-    """``max_step_tokens`` (the S bound of one step) when none is given."""
-    return min(128, max_seq_len)
-
-
 def build_llama_network(
     config: LlamaConfig,
     weights: LlamaWeights,
     *,
-    max_seq_len: int = 512,
-    max_batch: int = 8,
+    max_seq_len: int = defaults.MAX_SEQ_LEN,
+    max_batch: int = defaults.MAX_BATCH,
     max_step_tokens: int | None = None,
-    dtype: str = "float16",
+    dtype: str = defaults.DTYPE,
     all_logits: bool = False,
     routes: Routes | None = None,
 ) -> LlamaNetwork:
@@ -166,7 +162,7 @@ def build_llama_network(
         max_seq_len: S_max of every cache (static).
         max_batch: B upper bound of the optimization profiles.
         max_step_tokens: S upper bound of one step (longer prompts are prefilled in chunks;
-            None: ``min(128, max_seq_len)``).
+            None: ``min(128, max_seq_len)``, :mod:`trt_kv.build_defaults`).
         dtype: "float16", "bfloat16" or "float32" for weights and activations.
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
         routes: the route of each part; "auto" (the default) takes the best the installed
@@ -187,7 +183,7 @@ def build_llama_network(
     check_int("max_batch", max_batch, 1)
     check_table_memory(config, max_seq_len)
     if max_step_tokens is None:
-        max_step_tokens = default_step_tokens(max_seq_len)
+        max_step_tokens = defaults.default_step_tokens(max_seq_len)
     check_int("max_step_tokens", max_step_tokens, 1)
     if max_step_tokens > max_seq_len:
         raise ShapeError(

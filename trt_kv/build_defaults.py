@@ -1,0 +1,24 @@
+"""The default size of every model engine and network, defined once: the network builder
+(:func:`trt_kv.models.llama.build_llama_network`), build jobs (:class:`trt_kv.jobs.BuildOptions`),
+the command line and the docs read them from here. Imports nothing (``trt-kv --help`` reads it).
+
+``MAX_STEP_TOKENS`` = 128: the widest step, fixed whatever the prompts, so one engine per model
+and options serves every prompt (a longer prompt is prefilled in chunks of 128, up to S_max,
+with the ids of one wide prefill). 128 holds a chat question in the default model's template
+(~40 tokens) in one step; it is the prefill width the CPU interpreter's products are tuned and
+benchmarked at (``1 x 128``); its activations stay small (``[8, 128, 1536]`` float32, ~6 MB,
+the widest of the default model); wider steps save a few chunk boundaries per long prompt.
+``MAX_SEQ_LEN`` = 512: room for a few chat turns (history is prefilled again each turn).
+"""
+
+from __future__ import annotations
+
+DTYPE = "float16"  # weights and activations of engines and the interpreter
+MAX_SEQ_LEN = 512  # S_max of every cache
+MAX_BATCH = 8  # most sequences per step
+MAX_STEP_TOKENS = 128  # most tokens per sequence in one step (longer prompts: chunks)
+
+
+def default_step_tokens(max_seq_len: int) -> int:
+    """``max_step_tokens`` when none is given: ``min(MAX_STEP_TOKENS, max_seq_len)``."""
+    return min(MAX_STEP_TOKENS, max_seq_len)
