@@ -68,3 +68,24 @@ def write_tiny_model(folder: Path) -> Path:
         str(folder / "model.safetensors"),
     )
     return folder
+
+
+# A chat template in the shape of SmolLM2's (ChatML), over the tiny word-level vocabulary.
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}w1 w{{ {'system': 2, 'user': 3, 'assistant': 4}[m['role']] }} "
+    "{{ m['content'] }} w1 {% endfor %}{% if add_generation_prompt %}w1 w4 {% endif %}"
+)
+
+
+def write_tiny_tokenizer(folder: Path) -> Path:
+    """A word-level ``tokenizer.json`` (``w0`` .. ``w96``, one id each) and a
+    ``tokenizer_config.json`` with :data:`TINY_CHAT_TEMPLATE`, in ``folder``."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(97)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TINY_CHAT_TEMPLATE}))
+    return folder

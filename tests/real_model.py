@@ -12,8 +12,10 @@ import pytest
 CHAT_QUESTION = "What is the capital of France?"
 PLAIN_PROMPT = "The three primary colors are"
 
-# What transformers 5.23 makes of the two prompts (tokenizer and chat template from the GGUF),
-# and its greedy float32 continuation, 24 new tokens, end-of-text ignored.
+# What transformers makes of the two prompts (tokenizer and chat template from the GGUF), and
+# its greedy float32 continuation, 24 new tokens, end-of-text ignored (taken from transformers
+# 5.23; checked against the installed release, not its version: test_smollm2.py teacher-forces
+# the ids through its model, test_smollm2_text.py compares its tokenizer and template live).
 CHAT_PROMPT_IDS = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28]
 CHAT_PROMPT_IDS += [7018, 411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575]
 CHAT_PROMPT_IDS += [282, 4649, 47, 2, 198, 1, 520, 9531, 198]

@@ -75,14 +75,28 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
         "decode loop; results are emulated, not measured on a GPU)",
     )
     p.add_argument(
+        "--repetition-penalty",
+        type=real(0.0),
+        default=1.0,
+        help="divide (multiply, if negative) the logit of every id already in a sequence by P, "
+        "as transformers' repetition_penalty (1: none)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
-        help="one JSON line: backend, ids, text, prefill and decode timings",
+        help="one JSON line: backend, ids, text, finish_reason (eos|length), prefill and "
+        "decode timings",
     )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_generation_arguments(p)
+    p.add_argument(
+        "--prompt-file",
+        type=Path,
+        help="read the prompts from a file ('-': stdin): JSON lines (a string or "
+        '{"prompt": ...} each) are a batch, any other text one prompt',
+    )
     p.add_argument(
         "--backend",
         choices=("auto", *BACKENDS),
@@ -104,12 +118,28 @@ def check_prompt_options(args: argparse.Namespace) -> None:
             raise ArgumentError(
                 mismatch(flag, "--temperature > 0 (greedy decoding ignores it)", "", "0")
             )
+    if args.repetition_penalty == 0:
+        raise ArgumentError(mismatch("--repetition-penalty", "a number > 0", "", "0"))
     if args.prompt is not None and args.prompt_ids is not None:
         raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
     if args.chat and args.prompt is None:
         raise ArgumentError("--chat: expected --prompt TEXT as well, got none")
     if args.prompt is None:
         prompt_ids(_ids_text(args))
+
+
+def take_prompt_file(args: argparse.Namespace) -> None:
+    """``--prompt-file``'s prompts become ``--prompt`` texts (read once: stdin has no second
+    reading). Raises ArgumentError for a file with ``--prompt``/``--prompt-ids`` too, and as
+    :func:`trt_kv.cli.prompt_file.read_prompts`."""
+    if getattr(args, "prompt_file", None) is None:
+        return
+    if args.prompt is not None or args.prompt_ids is not None:
+        given = "--prompt" if args.prompt is not None else "--prompt-ids"
+        raise ArgumentError(mismatch("--prompt-file", "no --prompt or --prompt-ids", "", given))
+    from trt_kv.cli.prompt_file import read_prompts
+
+    args.prompt, args.prompt_file = read_prompts(args.prompt_file), None
 
 
 def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
@@ -327,6 +357,7 @@ def generate_and_print(
         Sampler(args.temperature, args.top_k, args.seed, args.top_p),
         eos_ids=() if args.ignore_eos else eos_ids,
         on_token=stream,
+        repetition_penalty=args.repetition_penalty,
     )
     texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
     where = " (emulated GPU)" if args.emulate_gpu else ""
@@ -335,6 +366,7 @@ def generate_and_print(
         out = {"backend": backend.name, "emulated_gpu": args.emulate_gpu, "ids": result.ids}
         if texts is not None:
             out["text"] = texts
+        out["finish_reason"] = list(result.finish_reasons)
         print(json.dumps({**out, **timings(result)}))
     elif stream is not None:
         print()
@@ -357,6 +389,7 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.runtime.gpu.cuda import require_gpu
 
+    take_prompt_file(args)
     args.backend, note = pick_backend(args.backend)
     check_backend_options(args, args.backend, note)
     if args.backend in GPU_BACKENDS:

@@ -19,6 +19,7 @@ import numpy as np
 from trt_kv.errors import ArgumentError, CacheOverflowError, ShapeError, check_int, mismatch
 from trt_kv.progress import bar
 from trt_kv.runtime.cache_state import check_token_ids
+from trt_kv.runtime.penalty import check_repetition_penalty, penalize_repetitions
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
 
@@ -40,6 +41,9 @@ class Generation:
     prefill_tokens: int = 0  # prompt tokens fed to the prefill
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    # per sequence: "eos" (stopped at an end id, kept as its last id) or "length"
+    # (max_new_tokens reached without one), as OpenAI-style APIs and Hugging Face name them
+    finish_reasons: tuple[str, ...] = ()
 
     @property
     def decode_steps(self) -> int:
@@ -70,17 +74,20 @@ def generate(
     sampler: Sampler | None = None,
     eos_ids: int | Iterable[int] | None = None,
     on_token: Callable[[int, int], None] | None = None,
+    repetition_penalty: float = 1.0,
 ) -> Generation:
     """Generate up to ``max_new_tokens`` per prompt in slots ``0 .. len(prompts) - 1``.
 
     A sequence stops after it produces any of ``eos_ids`` (one id or several; the stop token
     is kept in its ids). ``on_token(k, token_id)`` is called for each new token of sequence
-    ``k`` as soon as it is chosen (streaming).
+    ``k`` as soon as it is chosen (streaming). ``repetition_penalty`` (1: none) penalizes
+    the logits of ids a sequence already holds, prompt included, before each choice
+    (:func:`~trt_kv.runtime.penalty.penalize_repetitions`, transformers' semantics).
 
     Raises:
         ArgumentError: ``max_new_tokens`` not an integer >= 1; an ``eos_ids`` entry that is
             not a token id in ``[0, V)``; ``sampler`` not a :class:`Sampler`, ``on_token``
-            not callable (both may be None).
+            not callable (both may be None); ``repetition_penalty`` not a number > 0.
         CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
             fit in ``S_max``.
         Everything :meth:`Session.prefill` raises, before any slot changes.
@@ -95,6 +102,7 @@ def generate(
             mismatch("on_token", "a callable on_token(k, token_id) or None", "", repr(on_token))
         )
     sampler = sampler or Sampler()
+    penalty = check_repetition_penalty(repetition_penalty)
     one = isinstance(eos_ids, (str, bytes)) or not isinstance(eos_ids, Iterable)
     stop = frozenset([eos_ids] if one and eos_ids is not None else eos_ids or ())
     vocab = session.backend.vocab_size
@@ -125,6 +133,9 @@ def generate(
     out: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     while True:
+        if penalty != 1.0:
+            histories = [[*map(int, p), *o] for p, o in zip(prompts, out)]
+            logits = penalize_repetitions(logits, histories, penalty)
         next_ids = sampler(logits)
         for k, t in enumerate(next_ids):
             if not done[k]:
@@ -149,6 +160,7 @@ def generate(
         prefill_tokens=sum(map(len, prompts)),
         prefill_seconds=prefilled - start,
         decode_seconds=end - prefilled,
+        finish_reasons=tuple("eos" if o[-1] in stop else "length" for o in out),
     )
 
 

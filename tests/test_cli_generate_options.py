@@ -1,0 +1,117 @@
+"""``generate --prompt-file``, ``--repetition-penalty`` and ``--json``'s ``finish_reason``,
+on a tiny checkpoint (the penalty also on the default model, against transformers)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cli_user import user_env, write_tiny_model, write_tiny_tokenizer
+from test_cli import run_json
+
+from trt_kv.cli import main
+from trt_kv.runtime.penalty import penalize_repetitions
+
+
+@pytest.fixture(scope="module")
+def talking_model(tmp_path_factory):
+    """The tiny checkpoint with a word-level tokenizer and a chat template."""
+    return write_tiny_tokenizer(write_tiny_model(tmp_path_factory.mktemp("talking")))
+
+
+def test_finish_reason_is_eos_for_a_stopped_sequence_and_length_for_the_other(tmp_path, capsys):
+    model = write_tiny_model(tmp_path / "tiny")
+    args = ["--model", str(model), "--prompt-ids", "1,2,3;40,41", "--max-new-tokens", "6"]
+    args += ["--backend", "reference"]
+    free = run_json(capsys, *args)
+    assert free["finish_reason"] == ["length", "length"]
+    first, second = free["ids"]
+    stop = next(t for t in first[1:5] if t not in second and t not in first[: first.index(t)])
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [stop]}))
+    out = run_json(capsys, *args)
+    assert out["ids"] == [first[: first.index(stop) + 1], second]
+    assert out["finish_reason"] == ["eos", "length"]
+    assert run_json(capsys, *args, "--ignore-eos")["finish_reason"] == ["length", "length"]
+
+
+def _generate_piped(stdin: str, *argv: str) -> dict:
+    """``python -m trt_kv generate --json ARGV`` with ``stdin`` piped in (no terminal)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_kv", "generate", "--json", "-q", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_prompt_file_from_a_pipe_as_one_prompt_and_as_json_lines(talking_model, capsys):
+    ask = ["--model", str(talking_model), "--backend", "reference", "--max-new-tokens", "3"]
+    texts = ["w5 w17 w42", "w9 w3"]
+    expected = [run_json(capsys, *ask, "--prompt", t)["ids"][0] for t in texts]
+    one = _generate_piped("w5 w17\nw42\n", *ask, "--prompt-file", "-")
+    assert one["ids"] == [expected[0]]  # the whole text, its line break a separator
+    lines = f'"{texts[0]}"\n\n{{"prompt": "{texts[1]}"}}\n'
+    assert _generate_piped(lines, *ask, "--prompt-file", "-")["ids"] == expected
+
+
+def test_prompt_file_from_a_path_with_the_chat_template(talking_model, tmp_path, capsys):
+    ask = ["--model", str(talking_model), "--backend", "reference", "--max-new-tokens", "3"]
+    path = tmp_path / "prompt.txt"
+    path.write_text("w5 w17 w42\n")
+    expected = run_json(capsys, *ask, "--chat", "--prompt", "w5 w17 w42")
+    out = run_json(capsys, *ask, "--chat", "--prompt-file", str(path))
+    assert (out["ids"], out["prefill"]["tokens"]) == (expected["ids"], 8)  # 3 words + 5 of chat
+
+
+def test_penalty_equals_transformers_repetition_penalty_processor():
+    import torch
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal((3, 50)).astype(np.float32) * 4
+    histories = [[3, 3, 7, 49], [0], [10, 11, 12, 10, 3]]
+    for penalty in (0.7, 1.0, 1.3, 2.0):
+        ours = penalize_repetitions(logits, histories, penalty)
+        ids = torch.nn.utils.rnn.pad_sequence(
+            [torch.tensor(h) for h in histories], batch_first=True, padding_value=histories[0][0]
+        )
+        ids[1, 1:] = 0  # pad with an id the row already holds: the processor's rule is a set
+        ids[2, 5:] = 10
+        theirs = RepetitionPenaltyLogitsProcessor(penalty)(ids, torch.from_numpy(logits.copy()))
+        np.testing.assert_array_equal(ours, theirs.numpy())
+    assert (logits == penalize_repetitions(logits, histories, 1.5)).sum() < logits.size
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan"])
+def test_a_penalty_not_above_zero_is_refused(bad, capsys):
+    try:
+        code = main(["generate", "--repetition-penalty", bad])
+    except SystemExit as e:  # argparse's own refusal
+        code = e.code
+    assert code == 2
+    assert "--repetition-penalty" in capsys.readouterr().err
+
+
+def test_penalty_on_the_default_model_gives_hugging_faces_ids(hf_smollm2, capsys):
+    import torch
+    from real_model import PLAIN_PROMPT_IDS
+
+    ask = ["--model", "default", "--prompt-ids", ",".join(map(str, PLAIN_PROMPT_IDS))]
+    ask += ["--backend", "reference", "--max-seq-len", "48", "--max-new-tokens", "24"]
+    ours = run_json(capsys, *ask, "--ignore-eos", "--repetition-penalty", "1.3")["ids"][0]
+    out = hf_smollm2.generate(
+        torch.tensor([PLAIN_PROMPT_IDS]),
+        attention_mask=torch.ones(1, len(PLAIN_PROMPT_IDS), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=24,
+        eos_token_id=None,
+        pad_token_id=2,
+        repetition_penalty=1.3,
+    )
+    assert ours == out[0, len(PLAIN_PROMPT_IDS) :].tolist()
+    assert ours != run_json(capsys, *ask, "--ignore-eos")["ids"][0]  # the penalty changed them
