@@ -21,7 +21,8 @@ def bench(tiny, *argv):
 def test_json_has_one_result_per_batch_and_context(tiny, backend):
     args = ("--backend", backend, "--batch", "1", "2", "--context", "4", "20", "--json")
     r = json.loads(bench(tiny, *args).stdout)
-    assert r["backend"] == backend
+    dtype = "float32" if backend == "reference" else "float16"  # the reference's only one
+    assert (r["backend"], r["model"], r["dtype"]) == (backend, "tiny", dtype)
     assert [(x["batch"], x["context"]) for x in r["results"]] == [(1, 4), (2, 4), (1, 20), (2, 20)]
     for x in r["results"]:
         assert x["max_seq_len"] == x["context"] + 3  # context + decode steps
@@ -46,13 +47,15 @@ def test_a_context_longer_than_a_step_is_prefilled_in_steps(tiny):
     assert (x["context"], x["max_step_tokens"]) == (20, 8) and x["prefill_ms"]["median"] > 0
 
 
-def test_table_has_prefill_and_decode_columns(tiny):
+def test_table_names_model_and_dtype_and_has_prefill_and_decode_columns(tiny):
     out = bench(tiny, "--backend", "interpreter", "--batch", "2", "--context", "6")
     out = out.stdout.splitlines()
-    assert out[0].split()[0:4] == ["backend", "batch", "context", "S_max"]
+    assert out[0].split()[0:6] == ["model", "dtype", "backend", "batch", "context", "S_max"]
     for col in ("prefill ms (min-max)", "prefill tok/s", "decode ms/step (min-max)", "cache MiB"):
         assert col in out[0]
-    assert out[2].split()[:4] == ["interpreter", "2", "6", "9"]
+    assert out[2].split()[:6] == ["tiny", "float16", "interpreter", "2", "6", "9"]
+    ref = bench(tiny, "--backend", "reference", "--context", "6").stdout.splitlines()
+    assert ref[2].split()[:3] == ["tiny", "float32", "reference"]
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")

@@ -384,3 +384,34 @@ def test_a_dependency_that_does_not_import_is_one_line_naming_it(tiny_model):
     assert (out.returncode, out.stdout) == (1, ""), out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert out.stderr.startswith("trt-kv: error: the Python package 'numpy' did not import (")
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "named"),
+    [
+        (
+            "generate",
+            ["--backend", "tensorrt", "--emulate-gpu", "--engine", "{tmp}/none.engine"],
+            "--engine: ",
+        ),
+        (
+            "chat",
+            ["--backend", "tensorrt", "--emulate-gpu", "--engine", "{tmp}/none.engine"],
+            "--engine: ",
+        ),
+        ("generate", ["--prompt-file", "{tmp}/none.txt"], "--prompt-file: "),
+        ("chat", ["--top-k", "3"], "--top-k: "),
+        ("generate", ["--repetition-penalty", "0"], "--repetition-penalty: "),
+    ],
+)
+def test_arguments_judged_without_the_model_are_refused_before_it_loads(
+    tmp_path, capsys, command, flags, named
+):
+    """The model folder's config.json is no JSON: loading it would fail with another error,
+    so the option's own error proves it was judged first."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+    argv = [command, "--model", broken, *(f.format(tmp=tmp_path) for f in flags)]
+    assert error_of(capsys, *argv).startswith(named)
+    assert "config.json" in error_of(capsys, command, "--model", broken)  # what loading says

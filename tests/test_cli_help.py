@@ -53,4 +53,17 @@ def test_help_prints_the_stored_text_and_exits_0_without_argparse(flag):
 def test_help_with_other_words_still_goes_through_argparse():
     out = run_cli("build", "--help", COLUMNS="80").stdout
     assert out.startswith("usage: trt-kv build [-h]")
-    assert "S_max of every cache (default: 256)" in out
+    assert "S_max of every cache (default: 512)" in out
+
+
+def test_every_default_shows_once_the_greedy_temperature_too():
+    out = " ".join(run_cli("generate", "--help", COLUMNS="200").stdout.split())
+    assert "else interpreter) (default: auto)" in out
+    assert out.count("(default: auto)") == 1 and "default: auto:" not in out
+    assert "0: greedy (default: 0.0)" in out
+    assert "sampling seed (default: 0)" in out
+
+
+def test_top_level_help_has_examples():
+    assert "\nexamples:\n  trt-kv demo " in HELP
+    assert 'trt-kv generate --prompt "What is the capital of France?" --chat' in HELP

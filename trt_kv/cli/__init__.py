@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 SUBCOMMANDS = {
     "build": "build the doc example and the model engine on the CPU",
     "generate": "generate tokens for prompts on a chosen backend",
+    "chat": "talk with the model in its chat template (stdin)",
     "demo": "build, then generate on the GPU or the CPU interpreter",
     "inspect": "show an engine's tensors, profiles, aliases and recipe",
     "bench": "time prefill and decode per batch and context length",
@@ -38,14 +39,15 @@ SUBCOMMANDS = {
 # tests/test_cli_help.py keeps it equal to argparse's output; after changing SUBCOMMANDS or
 # the top-level options, paste what that test prints.
 HELP = """\
-usage: trt-kv [-h] [--version] {build,generate,demo,inspect,bench} ...
+usage: trt-kv [-h] [--version] {build,generate,chat,demo,inspect,bench} ...
 
 trt-kv: build engines, generate tokens, inspect engines, benchmark backends.
 
 positional arguments:
-  {build,generate,demo,inspect,bench}
+  {build,generate,chat,demo,inspect,bench}
     build               build the doc example and the model engine on the CPU
     generate            generate tokens for prompts on a chosen backend
+    chat                talk with the model in its chat template (stdin)
     demo                build, then generate on the GPU or the CPU interpreter
     inspect             show an engine's tensors, profiles, aliases and recipe
     bench               time prefill and decode per batch and context length
@@ -53,8 +55,22 @@ positional arguments:
 options:
   -h, --help            show this help message and exit
   --version             trt_kv, TensorRT and CUDA versions, then exit
+
+examples:
+  trt-kv demo                 build the default model, then answer two prompts
+  trt-kv generate --prompt "What is the capital of France?" --chat
+  trt-kv chat --system "Be brief."
+  trt-kv generate --help      every option of a subcommand, its default, an example
 """
 HELP_COLUMNS = 80
+
+EPILOG = """\
+examples:
+  trt-kv demo                 build the default model, then answer two prompts
+  trt-kv generate --prompt "What is the capital of France?" --chat
+  trt-kv chat --system "Be brief."
+  trt-kv generate --help      every option of a subcommand, its default, an example
+"""
 
 
 def stored_help_applies(argv: Sequence[str]) -> bool:
@@ -75,7 +91,12 @@ def make_parser(command: str | None = "*") -> argparse.ArgumentParser:
     ``trt-kv --help`` needs)."""
     from trt_kv.cli.parser import HelpFormatter, Parser, VersionAction
 
-    parser = Parser(prog="trt-kv", description=__doc__.splitlines()[0])
+    parser = Parser(
+        prog="trt-kv",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument(
         "--version", action=VersionAction, help="trt_kv, TensorRT and CUDA versions, then exit"
     )

@@ -87,9 +87,12 @@ def _spread(s: dict) -> str:
     return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
 
 
-def format_rows(backend: str, rows: list[dict]) -> str:
-    """The measurements as a table: one line per (context, batch)."""
+def format_rows(backend: str, model: str, dtype: str, rows: list[dict]) -> str:
+    """The measurements as a table: one line per (context, batch), each naming the model,
+    the dtype and the backend."""
     head = (
+        "model",
+        "dtype",
         "backend",
         "batch",
         "context",
@@ -102,6 +105,8 @@ def format_rows(backend: str, rows: list[dict]) -> str:
     )
     body = [
         (
+            model,
+            dtype,
             backend,
             str(r["batch"]),
             str(r["context"]),
@@ -154,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     check_sizes(args)
     model = load_model(args.model, progress=not args.quiet)
     name, config, weights = model.name, model.config, model.weights
+    reference = args.backend == "reference"  # float32 only
+    dtype = "float32" if reference else args.dtype or common.DEFAULT_DTYPE
     capacity = max(args.batch)
     rows = []
     for context in args.context:
@@ -179,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
                         )
                     ) from err
     if args.json:
-        print(json.dumps({"backend": args.backend, "model": name, "results": rows}))
+        out = {"backend": args.backend, "model": name, "dtype": dtype, "results": rows}
+        print(json.dumps(out))
     else:
-        print(format_rows(args.backend, rows))
+        print(format_rows(args.backend, name, dtype, rows))
     return 0

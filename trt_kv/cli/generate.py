@@ -9,15 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trt_kv.cli import common
+from trt_kv.cli import common, options
 from trt_kv.cli.checks import (
     check_backend_options,
     check_model,
     check_prompt_lengths,
     check_vocabulary,
-    integer,
     prompt_ids,
-    real,
 )
 from trt_kv.errors import ArgumentError, mismatch
 
@@ -27,8 +25,7 @@ if TYPE_CHECKING:
 
 EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --backend interpreter'
 DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
-BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
-GPU_BACKENDS = ("tensorrt", "polygraphy")
+BACKENDS, GPU_BACKENDS = options.BACKENDS, options.GPU_BACKENDS
 MAX_NEW_TOKENS_HELP = (
     "tokens to generate per prompt (default: 8, or 64 with --prompt; at most what fits S_max)"
 )
@@ -48,39 +45,8 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--chat", action="store_true", help="wrap each --prompt in the model's chat template"
     )
-    p.add_argument(
-        "--ignore-eos", action="store_true", help="do not stop at the model's end-of-text ids"
-    )
-    p.add_argument("--max-new-tokens", type=integer(1), default=None, help=MAX_NEW_TOKENS_HELP)
-    p.add_argument("--temperature", type=real(0.0), default=0.0, help="0: greedy")
-    p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
-    p.add_argument(
-        "--top-p",
-        type=real(0.0, 1.0),
-        default=1.0,
-        help="sample from the most likely tokens whose probabilities sum to p (1: all)",
-    )
-    p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
-    p.add_argument("--engine", type=Path, help="engine file for tensorrt/polygraphy")
-    p.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
-    p.add_argument(
-        "--runtime-cache",
-        type=Path,
-        help="TensorRT-RTX's just-in-time kernel cache file: loaded if valid, saved at the end",
-    )
-    p.add_argument(
-        "--emulate-gpu",
-        action="store_true",
-        help="run tensorrt/polygraphy on trt_kv's emulated GPU, on the CPU (a test of the "
-        "decode loop; results are emulated, not measured on a GPU)",
-    )
-    p.add_argument(
-        "--repetition-penalty",
-        type=real(0.0),
-        default=1.0,
-        help="divide (multiply, if negative) the logit of every id already in a sequence by P, "
-        "as transformers' repetition_penalty (1: none)",
-    )
+    options.add_sampling_arguments(p, MAX_NEW_TOKENS_HELP)
+    options.add_device_arguments(p)
     p.add_argument(
         "--json",
         action="store_true",
@@ -97,12 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="read the prompts from a file ('-': stdin): JSON lines (a string or "
         '{"prompt": ...} each) are a batch, any other text one prompt',
     )
-    p.add_argument(
-        "--backend",
-        choices=("auto", *BACKENDS),
-        default="auto",
-        help="where to run (default: auto: tensorrt where a GPU is usable, else interpreter)",
-    )
+    options.add_backend_argument(p)
 
 
 def _ids_text(args: argparse.Namespace) -> str:
@@ -113,13 +74,7 @@ def check_prompt_options(args: argparse.Namespace) -> None:
     """Refuse prompt and sampling options that contradict each other or do not parse
     (``--top-k`` / ``--top-p`` with greedy decoding, which ignores them), before any model
     is loaded. Raises ArgumentError."""
-    for flag, given in (("--top-k", args.top_k is not None), ("--top-p", args.top_p != 1.0)):
-        if given and args.temperature == 0:
-            raise ArgumentError(
-                mismatch(flag, "--temperature > 0 (greedy decoding ignores it)", "", "0")
-            )
-    if args.repetition_penalty == 0:
-        raise ArgumentError(mismatch("--repetition-penalty", "a number > 0", "", "0"))
+    options.check_sampling_options(args)
     if args.prompt is not None and args.prompt_ids is not None:
         raise ArgumentError("--prompt: expected --prompt or --prompt-ids, got both")
     if args.chat and args.prompt is None:
@@ -254,16 +209,31 @@ def make_backend(
     return TrtBackend(path, cuda_graph=args.cuda_graph, runtime_cache=args.runtime_cache)
 
 
+def engine_sidecar(path: Path) -> dict:
+    """The sidecar metadata of ``--engine``, once it is a decoder engine trt_kv built:
+    judged from the files alone, before any model loads.
+
+    Raises:
+        EngineFileError: naming ``--engine``: the engine or its sidecar missing, a malformed
+            sidecar, an engine that is no decoder.
+    """
+    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.errors import EngineFileError
+    from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
+
+    try:
+        return check_decoder_engine(path, read_sidecar(check_engine_files(path)))
+    except EngineFileError as e:
+        raise EngineFileError(f"--engine: {e}") from None
+
+
 def check_engine_model(path: Path, name: str, config: object) -> None:
     """ArgumentError when ``--engine`` was built from another model config than ``--model``
     (its ids would be decoded with the wrong tokenizer and checked against the wrong
-    vocabulary); EngineFileError for a missing or malformed sidecar or a non-decoder engine."""
-    from trt_kv.engine_file import check_engine_files, read_sidecar
+    vocabulary); EngineFileError as :func:`engine_sidecar`."""
     from trt_kv.models.llama import LlamaConfig
-    from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
-    md = check_decoder_engine(path, read_sidecar(check_engine_files(path)))
-    built = LlamaConfig.from_json(md["config"])
+    built = LlamaConfig.from_json(engine_sidecar(path)["config"])
     if built != config:
         differ = [k for k, v in vars(config).items() if getattr(built, k, None) != v]
         raise ArgumentError(
@@ -276,7 +246,23 @@ def check_engine_model(path: Path, name: str, config: object) -> None:
         )
 
 
-class _Stream:
+def check_before_loading(args: argparse.Namespace) -> None:
+    """Every check of ``generate`` / ``chat`` that needs no model: backend and the options
+    it ignores, a GPU for a GPU backend, ``--model``/``--out``/sizes, sampling options,
+    ``--engine``'s files. Raises ArgumentError (or the error of the check that failed)."""
+    from trt_kv.runtime.gpu.cuda import require_gpu
+
+    args.backend, note = pick_backend(args.backend)
+    check_backend_options(args, args.backend, note)
+    if args.backend in GPU_BACKENDS:
+        require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    check_model(args)
+    options.check_sampling_options(args)
+    if args.engine is not None:
+        engine_sidecar(args.engine)
+
+
+class Stream:
     """Writes sequence 0's text to stdout as its tokens arrive (whole characters only)."""
 
     def __init__(self, tokenizer: object) -> None:
@@ -345,16 +331,15 @@ def generate_and_print(
     import json
 
     from trt_kv.runtime.generate import generate
-    from trt_kv.runtime.sampling import Sampler
     from trt_kv.runtime.session import Session
 
     text_mode = args.prompt is not None and not args.json
-    stream = _Stream(tokenizer) if text_mode and len(prompts) == 1 else None
+    stream = Stream(tokenizer) if text_mode and len(prompts) == 1 else None
     result = generate(
         Session(backend),
         prompts,
         new_tokens(args, prompts),
-        Sampler(args.temperature, args.top_k, args.seed, args.top_p),
+        options.sampler(args),
         eos_ids=() if args.ignore_eos else eos_ids,
         on_token=stream,
         repetition_penalty=args.repetition_penalty,
@@ -387,14 +372,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
-    from trt_kv.runtime.gpu.cuda import require_gpu
 
+    check_before_loading(args)
     take_prompt_file(args)
-    args.backend, note = pick_backend(args.backend)
-    check_backend_options(args, args.backend, note)
-    if args.backend in GPU_BACKENDS:
-        require_gpu(f"--backend {args.backend}")  # fail before loading any weights
-    check_model(args)
     check_prompt_options(args)
     if args.prompt is None:  # ids: their lengths are known before loading
         check_fit(args, prompt_ids(_ids_text(args)), "--prompt-ids")

@@ -16,9 +16,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
+        # identity, not equality: a default of 0 or 0.0 (== False) is shown too
+        hidden = action.default is None or action.default is False
         if (
             action.option_strings
-            and action.default not in (None, False, argparse.SUPPRESS)
+            and not hidden
+            and action.default is not argparse.SUPPRESS
             and "%(default)" not in text
         ):
             text += " (default: %(default)s)"

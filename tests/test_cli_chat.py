@@ -1,0 +1,78 @@
+"""``trt-kv chat`` through a pipe: one message per line, the history in the model's chat
+template (the tiny checkpoint's ChatML-like one, ``cli_user.TINY_CHAT_TEMPLATE``), /reset,
+/exit, streamed answers on stdout, one speed line per answer on stderr."""
+
+import subprocess
+import sys
+
+import pytest
+from cli_user import user_env, write_tiny_model, write_tiny_tokenizer
+from test_cli import run_json
+
+ASK = ["--backend", "reference", "--max-new-tokens", "3", "--ignore-eos", "-q"]
+USER, ASSISTANT, SYSTEM, MARK = 3, 4, 2, 1  # the template's ids: "w1 wROLE content w1 "
+
+
+@pytest.fixture(scope="module")
+def talking_model(tmp_path_factory):
+    return write_tiny_tokenizer(write_tiny_model(tmp_path_factory.mktemp("chat")))
+
+
+def chat(model, stdin, *argv):
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_kv", "chat", "--model", str(model), *ASK, *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines(), out.stderr.splitlines()
+
+
+def turn(role, words):
+    return [MARK, role, *words, MARK]
+
+
+def ids_after(capsys, model, prompt):
+    """What ``generate`` answers to ``prompt`` ids (3 new tokens), as words."""
+    ask = ["--model", str(model), "--prompt-ids", ",".join(map(str, prompt)), *ASK[:-1]]
+    return " ".join(f"w{i}" for i in run_json(capsys, *ask)["ids"][0])
+
+
+def test_chat_keeps_the_history_in_the_template_and_forgets_it_at_reset(talking_model, capsys):
+    stdin = "w5 w17\n\nw9\n/reset\nw9\n/exit\nw60\n"
+    answers, err = chat(talking_model, stdin, "--system", "w7")
+    system = turn(SYSTEM, [7])
+    first = ids_after(capsys, talking_model, [*system, *turn(USER, [5, 17]), MARK, ASSISTANT])
+    said = [int(w[1:]) for w in first.split()]
+    second_ids = [*system, *turn(USER, [5, 17]), *turn(ASSISTANT, said), *turn(USER, [9])]
+    second = ids_after(capsys, talking_model, [*second_ids, MARK, ASSISTANT])
+    fresh = ids_after(capsys, talking_model, [*system, *turn(USER, [9]), MARK, ASSISTANT])
+    assert answers == [first, second, fresh]  # nothing after /exit
+    speed = [line for line in err if line.startswith("reference: prefill ")]
+    prefilled = [int(line.split()[2]) for line in speed]
+    assert prefilled == [4 + 5 + 2, len(second_ids) + 2, 4 + 4 + 2]
+    assert "(conversation forgotten)" in err
+
+
+def test_chat_ends_at_the_end_of_input_and_names_unknown_commands(talking_model):
+    answers, err = chat(talking_model, "/help\nw5\n")
+    assert len(answers) == 1 and len(answers[0].split()) == 3
+    assert any(line.startswith("unknown command '/help'") for line in err)
+
+
+def test_chat_without_a_chat_template_is_one_line(tmp_path):
+    model = write_tiny_tokenizer(write_tiny_model(tmp_path / "plain"))
+    (model / "tokenizer_config.json").unlink()
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_kv", "chat", "--model", str(model), *ASK],
+        input="w5\n",
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        check=False,
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith("trt-kv: error: --chat: expected a model with a chat template")
