@@ -20,7 +20,7 @@ def test_help_lists_every_subcommand_with_a_one_line_help():
 @pytest.mark.parametrize("command", SUBCOMMANDS)
 def test_subcommand_help_shows_defaults_and_an_example(command):
     out = run_cli(command, "--help").stdout
-    assert "S_max of every cache (default: 256)" in out
+    assert "S_max of every cache (default: 512)" in out
     assert "--quiet" in out
     example = out.split("example:\n", 1)[1].strip()
     assert example.startswith(f"trt-kv {command}")

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 BUILD_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} phases [{elapsed}{postfix}]"
+TICK_SECONDS = 0.5  # a build bar's redraw period (its elapsed time moves on its own)
 _enabled: bool | None = None  # None: when stderr is a terminal
 
 
@@ -65,37 +66,80 @@ def track(items: Iterable[T], desc: str, total: int | None = None, unit: str = "
 
 
 def build_monitor(desc: str = "TensorRT build") -> object | None:
-    """An ``IProgressMonitor`` that drives a bar over the builder's top-level phase and names
-    the phase it is in; None when bars are off (the builder then reports nothing)."""
+    """An ``IProgressMonitor`` showing the builder's top-level phase as ``n/N phases``, the
+    phase it is in now (the innermost open one) and the time elapsed; None when bars are off
+    (the builder then reports nothing). Close it with ``close()`` after the build."""
     if not enabled():
         return None
     from trt_kv._trt import trt
 
-    class _Monitor(trt.IProgressMonitor):
-        """Thread-safe: TensorRT may call it from its own threads."""
-
+    class _Monitor(BuildBar, trt.IProgressMonitor):  # BuildBar first: its callbacks win
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
-            self._lock = threading.Lock()
-            self._top: str | None = None
-            self.bar = bar(None, desc, bar_format=BUILD_FORMAT)
-
-        def phase_start(self, phase: str, parent: str | None, steps: int) -> None:
-            with self._lock:
-                if parent is None and self._top is None:
-                    self._top = phase
-                    self.bar.reset(total=steps)
-                self.bar.set_postfix_str(phase[:32], refresh=True)
-
-        def step_complete(self, phase: str, step: int) -> bool:
-            with self._lock:
-                if phase == self._top:
-                    self.bar.update(1)
-            return True  # False would cancel the build
-
-        def phase_finish(self, phase: str) -> None:
-            with self._lock:
-                if phase == self._top:
-                    self.bar.close()
+            BuildBar.__init__(self, desc)
 
     return _Monitor()
+
+
+class BuildBar:
+    """The bar of a TensorRT build, driven by ``IProgressMonitor``'s three callbacks
+    (thread-safe: TensorRT may call them from its own threads).
+
+    Callbacks only record; a ticker thread draws every :data:`TICK_SECONDS` (so the elapsed
+    time moves while TensorRT sends nothing, ~9 s twice in a default-model build, and a build
+    that opens hundreds of sub-phases draws at most ``1 / TICK_SECONDS`` times a second). The
+    top-level phase's end shows ``N/N`` (TensorRT-RTX 1.7.1 completes only ``N - 1`` of its
+    steps), drawn before the bar goes.
+    """
+
+    def __init__(self, desc: str) -> None:
+        self._lock = threading.Lock()
+        self._top: str | None = None
+        self._open: list[str] = []  # phases started and not finished, oldest first
+        self._shown: str | None = None
+        self.bar = bar(None, desc, bar_format=BUILD_FORMAT)
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="build-progress", daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            with self._lock:
+                self._draw()
+
+    def _draw(self) -> None:
+        """Redraw (the lock held): counts, the current phase, the elapsed time."""
+        phase = self._open[-1] if self._open else ""
+        if phase != self._shown:
+            self.bar.set_postfix_str(phase[:40], refresh=False)
+            self._shown = phase
+        self.bar.refresh()
+
+    def phase_start(self, phase: str, parent: str | None, steps: int) -> None:
+        with self._lock:
+            if parent is None and self._top is None:
+                self._top = phase
+                self.bar.reset(total=steps)
+            self._open.append(phase)
+
+    def step_complete(self, phase: str, step: int) -> bool:
+        with self._lock:
+            if phase == self._top and self.bar.total:
+                self.bar.n = min(step + 1, self.bar.total)
+        return True  # False would cancel the build
+
+    def phase_finish(self, phase: str) -> None:
+        with self._lock:
+            if phase in self._open:
+                del self._open[len(self._open) - 1 - self._open[::-1].index(phase)]
+            if phase == self._top:  # done: N/N, and the phase that ended
+                self.bar.n = self.bar.total or self.bar.n
+                self._open = [phase]
+                self._draw()
+
+    def close(self) -> None:
+        """Stop the ticker and remove the bar (after the build, however it ended)."""
+        self._stop.set()
+        self._ticker.join()
+        with self._lock:
+            self.bar.close()

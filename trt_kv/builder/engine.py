@@ -156,10 +156,12 @@ def build_engine(
     log = _logger()
     errors_before = log.error_count
     start = time.perf_counter()
-    data = builder.build_serialized_network(network, config)
+    try:
+        data = builder.build_serialized_network(network, config)
+    finally:
+        if monitor is not None:
+            monitor.close()
     seconds = time.perf_counter() - start
-    if monitor is not None:
-        monitor.bar.close()
     if data is None:
         said = log.last_error if log.error_count > errors_before else "no error logged"
         raise NetworkError(

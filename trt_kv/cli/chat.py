@@ -14,7 +14,7 @@ import sys
 
 from trt_kv.cli import common, generate, options
 
-EXAMPLE = 'echo "Write a haiku about caches" | trt-kv chat --system "Be brief." -q'
+EXAMPLE = 'trt-kv chat --system "Be brief." --repetition-penalty 1.2'  # or: echo Hi | trt-kv chat
 MAX_NEW_TOKENS = 256  # per answer, when --max-new-tokens is not given (and the cache has room)
 HELP_TEXT = "/reset forgets the conversation, /exit (or end of input) quits"
 
