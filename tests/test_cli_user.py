@@ -6,6 +6,8 @@ import re
 import pytest
 from cli_user import run_cli, run_in_terminal, write_tiny_model
 
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
+
 SUBCOMMANDS = ("build", "generate", "demo")
 
 
@@ -151,10 +153,30 @@ def test_demo_reuses_an_engine_and_says_when_and_how_long_it_took_to_build(tiny,
     assert re.search(r"tiny-float16-s32-b8-t32\.engine .* built now", first), first
     built_s = re.search(r"tiny-float16-s32-b8-t32\.engine .* (\d+\.\d\d) +built now", first)[1]
     second = run_cli(*args).stdout
-    pattern = r"reused \(built 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ in (\d+\.\d\d) s\)"
+    when = r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    pattern = rf"tiny-float16-s32-b8-t32\.engine .* reused \(built {when} in (\d+\.\d\d) s\)"
     reused = re.search(pattern, second)
     assert reused, second
     assert reused[1] == built_s  # the first build's time, not the lookup's
+
+
+def test_demo_says_built_or_reused_reuses_the_doc_example_and_notes_on_stderr(tiny, tmp_path):
+    args = ("demo", "--model", tiny, "--out", tmp_path, "--max-seq-len", "32", "-q")
+    first = run_cli(*args)
+    assert f"engines in {tmp_path} (" in first.stdout and "): 2 built now\n" in first.stdout
+    doc = tmp_path / "kv_cache_doc_example.engine"
+    stamp = doc.stat().st_mtime_ns
+    second = run_cli(*args)
+    assert "): 2 reused\n" in second.stdout
+    assert re.search(r"kv_cache_doc_example\.engine .* reused \(built ", second.stdout)
+    assert doc.stat().st_mtime_ns == stamp  # not written again
+    for out in (first, second):
+        notes = [line for line in out.stderr.splitlines() if line.startswith("note: ")]
+        assert len(notes) == 1 and "note: " not in out.stdout
+        if gpu_unavailable_reason() is not None:
+            assert notes[0].startswith("note: no GPU here (")
+    (tmp_path / "kv_cache_doc_example.engine.json").write_text("{}")  # a broken sidecar
+    assert "): 1 built now, 1 reused\n" in run_cli(*args).stdout
 
 
 def test_generate_reports_prefill_and_decode_apart_in_text_and_json(tiny):

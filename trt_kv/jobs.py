@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,16 +117,39 @@ def build_to_file(
     return BuiltFile(save_engine(path, built, meta), meta)
 
 
+DOC_EXAMPLE = "kv_cache_doc_example"
+DOC_EXAMPLE_METADATA = {"model": DOC_EXAMPLE, "recipe": {"network": DOC_EXAMPLE}}
+
+
 def build_doc_example(out_dir: Path = ENGINES_DIR) -> BuiltFile:
     """The KVCacheUpdate documentation example (float32 cache [4, 2, 8, 1])."""
     builder, network, profiles = doc_example_network()
-    return build_to_file(
-        builder,
-        network,
-        profiles,
-        out_dir / "kv_cache_doc_example.engine",
-        {"model": "kv_cache_doc_example", "recipe": {"network": "kv_cache_doc_example"}},
-    )
+    path = out_dir / f"{DOC_EXAMPLE}.engine"
+    return build_to_file(builder, network, profiles, path, DOC_EXAMPLE_METADATA)
+
+
+def find_doc_example(out_dir: Path = ENGINES_DIR) -> BuiltFile | None:
+    """The documentation example's engine in ``out_dir`` as :func:`build_doc_example` wrote
+    it, readable by the running TensorRT with an intact checksum; None otherwise."""
+    path = out_dir / f"{DOC_EXAMPLE}.engine"
+    return _reusable(path, lambda md: all(md.get(k) == v for k, v in DOC_EXAMPLE_METADATA.items()))
+
+
+def doc_example_engine(out_dir: Path = ENGINES_DIR) -> BuiltFile:
+    """:func:`find_doc_example`, else :func:`build_doc_example`."""
+    return find_doc_example(out_dir) or build_doc_example(out_dir)
+
+
+def _reusable(path: Path, matches: Callable[[dict], bool]) -> BuiltFile | None:
+    """``path`` as a reused :class:`BuiltFile` when it and its sidecar load (checksum,
+    TensorRT module and version) and ``matches(sidecar metadata)``; None otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        _, meta = load_engine_file(path)
+    except EngineFileError:
+        return None  # stale, tampered with, or from another TensorRT: rebuild
+    return BuiltFile(path, meta, reused=True) if matches(meta.metadata) else None
 
 
 def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = ENGINES_DIR) -> Path:
@@ -146,17 +170,12 @@ def find_llama_engine(
 ) -> BuiltFile | None:
     """The engine in ``out_dir`` built for this model config and exactly these options,
     readable by the running TensorRT with an intact checksum; None otherwise."""
-    path = model_engine_path(name, options, out_dir)
-    if not path.is_file():
-        return None
-    try:
-        _, meta = load_engine_file(path)
-    except EngineFileError:
-        return None  # stale, tampered with, or from another TensorRT: rebuild
-    md = meta.metadata
-    if md.get(OPTIONS_KEY) != options.to_json() or md.get("config") != config.to_json():
-        return None
-    return BuiltFile(path, meta, reused=True)
+    return _reusable(
+        model_engine_path(name, options, out_dir),
+        lambda md: (
+            md.get(OPTIONS_KEY) == options.to_json() and md.get("config") == config.to_json()
+        ),
+    )
 
 
 def build_llama_engine(

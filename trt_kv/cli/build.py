@@ -21,11 +21,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def print_built(out: Path, rows: list, file: TextIO | None = None) -> None:
-    """The TensorRT version and one table line per engine built into ``out``, on ``file``
-    (default: stdout)."""
+    """What happened to each engine in ``out`` (``"engines in engines/ (tensorrt_rtx
+    1.7.1): 1 built now, 1 reused"``) and one table line per engine, on ``file`` (default:
+    stdout)."""
     from trt_kv._trt import FEATURES
 
-    print(f"built with {FEATURES.module} {FEATURES.version} into {out}", file=file)
+    reused = sum(r.reused for r in rows)
+    counts = [f"{n} {what}" for n, what in ((len(rows) - reused, "built now"), (reused, "reused"))]
+    said = ", ".join(c for c in counts if not c.startswith("0 "))
+    print(f"engines in {out} ({FEATURES.module} {FEATURES.version}): {said}", file=file)
     print(common.engine_table(rows), file=file)
 
 

@@ -22,6 +22,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     generate.add_generation_arguments(p)
 
 
+def backend_note(reason: str | None, emulated: bool) -> str:
+    """Why ``demo`` runs where it does (for stderr): the GPU, or why not."""
+    if reason is not None:
+        return (
+            f"note: no GPU here ({reason}): the engine above cannot run on this machine; "
+            "running the same network's decode loop on the CPU interpreter instead"
+        )
+    if emulated:
+        return "note: --emulate-gpu: running the engine with TensorRT on the emulated GPU"
+    return "note: a CUDA GPU is usable: running the engine with TensorRT on it"
+
+
 def run(args: argparse.Namespace) -> int:
     return common.run_on_device(args, _run)
 
@@ -29,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.errors import ConfigError
     from trt_kv.examples import load_model
-    from trt_kv.jobs import build_doc_example
+    from trt_kv.jobs import doc_example_engine
     from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
@@ -57,13 +69,8 @@ def _run(args: argparse.Namespace) -> int:
     # the model first: a route or build TensorRT refuses leaves --out untouched
     model_row = common.model_engine(args, model.name, model.config, model.weights, args.max_batch)
     talk = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON lines only
-    build.print_built(args.out, [build_doc_example(args.out), model_row], file=talk)
-    if reason is not None:
-        print(
-            f"\nno GPU here ({reason}): the engine above cannot run on this machine; "
-            "running the same network's decode loop on the CPU interpreter instead",
-            file=talk,
-        )
+    build.print_built(args.out, [doc_example_engine(args.out), model_row], file=talk)
+    print(backend_note(reason, args.emulate_gpu), file=sys.stderr)
     where = " (emulated GPU)" if args.emulate_gpu else ""
     with generate.opened_backend(args, model.name, model.config, model.weights, 8) as backend:
         for label, prompt, chat, prompts, tokenizer in asked:
