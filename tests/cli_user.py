@@ -13,10 +13,14 @@ def user_env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
-def run_cli(*argv: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
-    """``python -m trt_kv ARGV...``; stdout and stderr captured as text (not a terminal)."""
+def run_cli(
+    *argv: str, check: bool = True, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess:
+    """``python -m trt_kv ARGV...``; stdout and stderr captured as text (not a terminal),
+    ``stdin`` piped in when given."""
     out = subprocess.run(
         [sys.executable, "-m", "trt_kv", *map(str, argv)],
+        input=stdin,
         capture_output=True,
         text=True,
         env=user_env(**env),

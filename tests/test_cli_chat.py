@@ -2,11 +2,8 @@
 template (the tiny checkpoint's ChatML-like one, ``cli_user.TINY_CHAT_TEMPLATE``), /reset,
 /exit, streamed answers on stdout, one speed line per answer on stderr."""
 
-import subprocess
-import sys
-
 import pytest
-from cli_user import user_env, write_tiny_model, write_tiny_tokenizer
+from cli_user import run_cli, write_tiny_model, write_tiny_tokenizer
 from test_cli import run_json
 
 ASK = ["--backend", "reference", "--max-new-tokens", "3", "--ignore-eos", "-q"]
@@ -19,15 +16,7 @@ def talking_model(tmp_path_factory):
 
 
 def chat(model, stdin, *argv):
-    out = subprocess.run(
-        [sys.executable, "-m", "trt_kv", "chat", "--model", str(model), *ASK, *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=user_env(),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_cli("chat", "--model", model, *ASK, *argv, stdin=stdin)
     return out.stdout.splitlines(), out.stderr.splitlines()
 
 
@@ -66,13 +55,6 @@ def test_chat_ends_at_the_end_of_input_and_names_unknown_commands(talking_model)
 def test_chat_without_a_chat_template_is_one_line(tmp_path):
     model = write_tiny_tokenizer(write_tiny_model(tmp_path / "plain"))
     (model / "tokenizer_config.json").unlink()
-    out = subprocess.run(
-        [sys.executable, "-m", "trt_kv", "chat", "--model", str(model), *ASK],
-        input="w5\n",
-        capture_output=True,
-        text=True,
-        env=user_env(),
-        check=False,
-    )
+    out = run_cli("chat", "--model", model, *ASK, stdin="w5\n", check=False)
     assert out.returncode == 2
     assert out.stderr.startswith("trt-kv: error: --chat: expected a model with a chat template")

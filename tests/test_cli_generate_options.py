@@ -2,12 +2,10 @@
 on a tiny checkpoint (the penalty also on the default model, against transformers)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from cli_user import user_env, write_tiny_model, write_tiny_tokenizer
+from cli_user import run_cli, write_tiny_model, write_tiny_tokenizer
 from test_cli import run_json
 
 from trt_kv.cli import main
@@ -37,15 +35,7 @@ def test_finish_reason_is_eos_for_a_stopped_sequence_and_length_for_the_other(tm
 
 def _generate_piped(stdin: str, *argv: str) -> dict:
     """``python -m trt_kv generate --json ARGV`` with ``stdin`` piped in (no terminal)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "trt_kv", "generate", "--json", "-q", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=user_env(),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_cli("generate", "--json", "-q", *argv, stdin=stdin)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
