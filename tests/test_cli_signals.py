@@ -136,14 +136,15 @@ def _limit_address_space() -> None:
 
 
 def test_host_memory_running_out_is_one_line_and_exit_1(tiny_model):
-    """A 20,000-token prompt in one step on the reference: its attention scores are 6 GB,
+    """A 20,000-token prompt in one step (``--max-step-tokens 20000``; by default it would be
+    prefilled in chunks of 128) on the reference: its attention scores are 6 GB,
     past a 2 GB address space (imports and weights need far less). (The interpreter's fast
     plan no longer runs out here: its attention holds one row's scores at a time.)"""
     ids = ",".join(str(1 + i % 50) for i in range(20_000))
     child = _trt_kv(
         "generate", "--model", tiny_model, "--backend", "reference", "--dtype", "float32",
         "--max-batch", 1, "--max-seq-len", 20_008, "--max-new-tokens", 2, "--prompt-ids", ids,
-        preexec_fn=_limit_address_space,
+        "--max-step-tokens", 20_000, preexec_fn=_limit_address_space,
     )  # fmt: skip
     try:
         _, err = child.communicate(timeout=300)
