@@ -15,7 +15,8 @@ from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import EngineRunError, ShapeError
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 pytestmark = pytest.mark.gpu

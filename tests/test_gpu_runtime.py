@@ -8,8 +8,9 @@ import pytest
 
 from trt_kv.jobs import build_doc_example, build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
+from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.reference import kv_cache_update
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.runtime import Session, generate
 
 pytestmark = pytest.mark.gpu
 

@@ -25,7 +25,8 @@ from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import NetworkError, RouteError
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights, random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 # What each TensorRT offers (the chooser reads features, never these version strings).

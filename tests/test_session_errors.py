@@ -17,8 +17,8 @@ from trt_kv.errors import (
     TrtKvError,
 )
 from trt_kv.models.llama import random_weights
-from trt_kv.runtime import HostCaches, ReferenceBackend, Sampler, Session, generate
-from trt_kv.runtime.reference_backend import llama_cache_aliases
+from trt_kv.models.llama.reference_backend import ReferenceBackend, llama_cache_aliases
+from trt_kv.runtime import HostCaches, Sampler, Session, generate
 
 V = TINY_GQA.vocab_size  # 64
 WEIGHTS = random_weights(TINY_GQA, seed=4, std=0.3)

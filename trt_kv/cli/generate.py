@@ -185,7 +185,7 @@ def make_backend(
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
     if args.backend == "reference":
-        from trt_kv.runtime.reference_backend import ReferenceBackend
+        from trt_kv.models.llama.reference_backend import ReferenceBackend
 
         return ReferenceBackend(
             config,

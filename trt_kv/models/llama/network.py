@@ -35,10 +35,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv import _trt
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
-from trt_kv.builder.model_caches import ModelCaches, cache_names
+from trt_kv.builder.contract import (
+    DecoderRoles,
+    decoder_profiles,
+    decoder_roles,
+    name_dimensions,
+)
+from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
@@ -54,7 +59,6 @@ from trt_kv.progress import track
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
 ROPE_LENGTHS = "rope_lengths"
-DECODE, PREFILL = "decode", "prefill"
 
 
 def _weight(g: Graph, w: np.ndarray) -> object:
@@ -129,6 +133,7 @@ class LlamaNetwork:
     all_logits: bool
     routes: Routes  # resolved: no "auto" left
     keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
+    roles: DecoderRoles  # the decoder contract (trt_kv.builder.contract): what a runtime reads
 
     def metadata(self) -> dict:
         """What the sidecar records so a runtime can drive the engine."""
@@ -241,12 +246,8 @@ def build_llama_network(
     logits = g.cast(logits, "float32")
     logits.name = LOGITS
     network.mark_output(logits)
-    names = {network.get_input(i).name for i in range(network.num_inputs)}
-    _name_dimensions(network)
-    profiles = [
-        _profile(DECODE, names, cfg, max_seq_len, max_batch, 1, 1),
-        _profile(PREFILL, names, cfg, max_seq_len, max_batch, max_step_tokens, max_step_tokens),
-    ]
+    name_dimensions(network)
+    profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
     return LlamaNetwork(
         builder,
         network,
@@ -259,34 +260,5 @@ def build_llama_network(
         all_logits,
         chosen,
         g.keep,
+        decoder_roles(network, profiles, long_rope_after=long_rope_after(cfg, max_seq_len)),
     )
-
-
-def _name_dimensions(network: object) -> None:
-    """Name axis 0 of every input ``B`` (all are per sequence: a step binds B cache slots to
-    B sequences) and axis 1 of the token inputs ``S``; skipped on a TensorRT without
-    dimension names."""
-    if not _trt.FEATURES.dimension_names:
-        return
-    for i in range(network.num_inputs):
-        tensor = network.get_input(i)
-        tensor.set_dimension_name(0, "B")
-        if tensor.name in (INPUT_IDS, POSITION_IDS):
-            tensor.set_dimension_name(1, "S")
-
-
-def _profile(
-    name: str, inputs: set[str], cfg: LlamaConfig, s_max: int, b: int, s_opt: int, s: int
-) -> Profile:
-    """B in [1, b] (optimized for b), S in [1, s] (optimized for ``s_opt``)."""
-    tokens = ((1, 1), (b, s_opt), (b, s))
-    per_seq = ((1,), (b,), (b,))
-    shapes = {INPUT_IDS: tokens, POSITION_IDS: tokens}
-    for per_sequence_input in ("write_indices", KV_LENGTHS, LAST_TOKEN_ROWS, ROPE_LENGTHS):
-        if per_sequence_input in inputs:
-            shapes[per_sequence_input] = per_seq
-    cache = lambda n: ((n, cfg.num_key_value_heads, s_max, cfg.head_dim),)  # noqa: E731
-    for i in range(cfg.num_hidden_layers):
-        for cache_input in cache_names(i)[:2]:
-            shapes[cache_input] = cache(1) + cache(b) + cache(b)
-    return Profile(name, shapes)
