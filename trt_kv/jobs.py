@@ -3,8 +3,10 @@
 A model engine's file name and sidecar key come from :class:`BuildOptions`, every option
 that changes the built engine, so engines of other shapes never overwrite each other and a
 cached engine is reused only when every option matches. A new build option is a new field
-of :class:`BuildOptions` (and a keyword of ``build_llama_network`` of the same name): it
-joins the file name, the sidecar key and the build call without further edits.
+of :class:`BuildOptions` (and a keyword of every architecture's network builder, e.g.
+``build_llama_network``, of the same name): it joins the file name, the sidecar key and the
+build call without further edits. The architecture comes from the config's type
+(:mod:`trt_kv.models.architectures`); the sidecar records the network's decoder roles.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.builder import Profile, Routes, build_engine
+from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
 from trt_kv.engine_file import EngineMeta, describe, load_engine_file, save_engine
 from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
-from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
+from trt_kv.models.architectures import architecture_named, architecture_of
 from trt_kv.models.llama.network import default_step_tokens
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
@@ -107,11 +109,14 @@ def build_to_file(
     profiles: list[Profile],
     path: Path,
     metadata: dict | None = None,
+    roles: DecoderRoles | None = None,
 ) -> BuiltFile:
-    """Compile ``network`` and write ``path`` plus its sidecar (with the build time)."""
+    """Compile ``network`` and write ``path`` plus its sidecar (with the build time and
+    ``roles``, the decoder contract a session backend reads: None for a network that is not
+    a decoder, such as the doc example)."""
     built = build_engine(builder, network, profiles)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    meta = describe(network, built, profiles, {**(metadata or {}), BUILT_AT_KEY: stamp})
+    meta = describe(network, built, profiles, {**(metadata or {}), BUILT_AT_KEY: stamp}, roles)
     return BuiltFile(save_engine(path, built, meta), meta)
 
 
@@ -140,11 +145,12 @@ def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = EN
     return Path(out_dir) / f"{name}-{options.key()}.engine"
 
 
-def find_llama_engine(
-    name: str, config: LlamaConfig, options: BuildOptions, out_dir: Path = ENGINES_DIR
+def find_model_engine(
+    name: str, config: object, options: BuildOptions, out_dir: Path = ENGINES_DIR
 ) -> BuiltFile | None:
     """The engine in ``out_dir`` built for this model config and exactly these options,
-    readable by the running TensorRT with an intact checksum; None otherwise."""
+    readable by the running TensorRT with an intact checksum and decoder roles; None
+    otherwise."""
     path = model_engine_path(name, options, out_dir)
     if not path.is_file():
         return None
@@ -155,51 +161,83 @@ def find_llama_engine(
     md = meta.metadata
     if md.get(OPTIONS_KEY) != options.to_json() or md.get("config") != config.to_json():
         return None
+    if meta.roles is None:
+        return None  # built before the decoder contract: rebuild
     return BuiltFile(path, meta, reused=True)
 
 
-def build_llama_engine(
+def build_model_engine(
     name: str,
-    config: LlamaConfig,
-    weights: LlamaWeights,
+    config: object,
+    weights: object,
     *,
     out_dir: Path = ENGINES_DIR,
     source: str | None = None,
     **options: object,
 ) -> BuiltFile:
-    """A Llama engine for prefill and decode, written to ``out_dir`` under a name that
-    covers every build option; the sidecar metadata holds the config and the options.
+    """An engine for prefill and decode of any architecture trt_kv builds (by the type of
+    ``config``: a LlamaConfig, a GPT2Config), written to ``out_dir`` under a name that covers
+    every build option; the sidecar holds the decoder roles, the config and the options.
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
     ``max_batch``, ``max_step_tokens``, ...); an unknown one is an ArgumentError naming it
     and the known ones, raised (as every argument check) before anything is built.
     ``source``: the ``load_model`` spec the weights came from ("default" or a checkpoint
-    folder); the sidecar then records a recipe (source and weights sha256) from which the
-    same network can be rebuilt, e.g. by the emulated TensorRT runtime.
+    folder); the sidecar then records a recipe (architecture, source and weights sha256)
+    from which the same network can be rebuilt (:func:`network_from_recipe`), e.g. by the
+    emulated TensorRT runtime.
     """
     known = [f.name for f in dataclasses.fields(BuildOptions)]
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ArgumentError(mismatch("options", "BuildOptions fields", known, unknown))
+    arch = architecture_of(config)
     opts = BuildOptions(**options)
     path = model_engine_path(name, opts, out_dir)
-    net = build_llama_network(config, weights, **opts.network_options())
+    net = arch.build_network(config, weights, **opts.network_options())
     metadata = {**net.metadata(), OPTIONS_KEY: opts.to_json()}
     if source is not None:
         metadata["recipe"] = {
-            "network": "llama",
+            "network": arch.name,
             "model": source,
             "weights_sha256": weights_digest(weights),
         }
-    return build_to_file(net.builder, net.network, net.profiles, path, metadata)
+    return build_to_file(net.builder, net.network, net.profiles, path, metadata, net.roles)
 
 
-def weights_digest(weights: LlamaWeights) -> str:
+def network_from_recipe(recipe: dict, metadata: dict) -> object:
+    """The network a model engine's sidecar recipe names, rebuilt from its source (a
+    ``load_model`` spec) with the recorded build options.
+
+    Raises:
+        ArgumentError: a recipe of no known architecture.
+        ConfigError: the source's weights (sha256) or config differ from the recorded ones.
+    """
+    from trt_kv.errors import ConfigError
+    from trt_kv.examples import load_model
+
+    arch = architecture_named(recipe.get("network"))
+    model = load_model(recipe["model"], progress=False)
+    digest = weights_digest(model.weights)
+    if digest != recipe["weights_sha256"]:
+        raise ConfigError(
+            mismatch(
+                f"weights of {recipe['model']!r}",
+                "sha256 (from the recipe)",
+                recipe["weights_sha256"],
+                digest,
+            )
+        )
+    if model.config.to_json() != metadata["config"]:
+        raise ConfigError(mismatch(f"config of {recipe['model']!r}", "", metadata["config"], ""))
+    options = BuildOptions(**metadata[OPTIONS_KEY]).network_options()
+    return arch.build_network(model.config, model.weights, **options)
+
+
+def weights_digest(weights: object) -> str:
     """sha256 over every weight array's dtype, shape and bytes, in a fixed order."""
     digest = hashlib.sha256()
-    arrays = [weights.embed, weights.final_norm, weights.lm_head]
-    arrays += [a for layer in weights.layers for a in vars(layer).values()]
-    for a in arrays:
+    for a in architecture_of(weights).weight_arrays(weights):
         if a is not None:
             a = np.ascontiguousarray(a)
             digest.update(f"{a.dtype.str}{a.shape}".encode())

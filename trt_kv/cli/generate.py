@@ -84,6 +84,7 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_generation_arguments(p)
+    p.set_defaults(model=None)  # None: not given ('default', except beside --engine)
     p.add_argument(
         "--backend",
         choices=("auto", *BACKENDS),
@@ -180,14 +181,16 @@ def make_backend(
 ) -> object:
     """The backend ``args.backend`` for this model (building what it needs), with room for
     ``max(batch, --max-batch)`` sequences on every backend."""
+    from trt_kv.models.architectures import architecture_of
     from trt_kv.runtime.gpu.cuda import require_gpu
 
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
+    if args.backend in ("reference", "interpreter"):
+        arch = architecture_of(config)
+        arch.check_max_seq_len(config, args.max_seq_len, "--max-seq-len")
     if args.backend == "reference":
-        from trt_kv.models.llama.reference_backend import ReferenceBackend
-
-        return ReferenceBackend(
+        return arch.reference_backend(
             config,
             weights,
             capacity=batch,
@@ -195,10 +198,9 @@ def make_backend(
             max_step_tokens=step_tokens,
         )
     if args.backend == "interpreter":
-        from trt_kv.models.llama import build_llama_network
         from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-        net = build_llama_network(
+        net = arch.build_network(
             config,
             weights,
             max_seq_len=args.max_seq_len,
@@ -230,13 +232,13 @@ def check_engine_model(path: Path, name: str, config: object) -> None:
     (its ids would be decoded with the wrong tokenizer and checked against the wrong
     vocabulary); EngineFileError for a missing or malformed sidecar or a non-decoder engine."""
     from trt_kv.engine_file import check_engine_files, read_sidecar
-    from trt_kv.models.llama import LlamaConfig
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
-    md = check_decoder_engine(path, read_sidecar(check_engine_files(path)))
-    built = LlamaConfig.from_json(md["config"])
-    if built != config:
-        differ = [k for k, v in vars(config).items() if getattr(built, k, None) != v]
+    meta = read_sidecar(check_engine_files(path))
+    check_decoder_engine(path, meta)
+    built, wanted = meta.metadata.get("config") or {}, config.to_json()
+    if built != wanted:
+        differ = sorted(k for k in {*built, *wanted} if built.get(k) != wanted.get(k))
         raise ArgumentError(
             mismatch(
                 "--engine",
@@ -357,6 +359,36 @@ def run(args: argparse.Namespace) -> int:
     return common.run_on_device(args, _run)
 
 
+def _engine_only(args: argparse.Namespace) -> int:
+    """``--engine FILE`` without ``--model``: ids in, ids out, every size from the sidecar's
+    decoder roles (``S_max``, the step width, the vocabulary); no tokenizer, no EOS."""
+    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
+
+    if args.prompt is not None:
+        raise ArgumentError(
+            mismatch("--prompt", "--prompt-ids (text needs --model's tokenizer)", "", "text")
+        )
+    check_prompt_options(args)
+    roles = check_decoder_engine(args.engine, read_sidecar(check_engine_files(args.engine)))
+    args.max_seq_len, args.max_step_tokens = roles.max_seq_len, roles.max_step_tokens
+    prompts = prompt_ids(_ids_text(args))
+    check_vocabulary(prompts, roles.vocab_size, "--prompt-ids")
+    check_fit(args, prompts, "--prompt-ids")
+    if args.backend == "polygraphy":
+        from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend as engine_backend
+    else:
+        from trt_kv.runtime.gpu.trt_backend import TrtBackend as engine_backend
+    options = {"cuda_graph": args.cuda_graph, "runtime_cache": args.runtime_cache}
+    options = {} if args.backend == "polygraphy" else options
+    backend = engine_backend(args.engine, capacity=max(len(prompts), 1), **options)
+    try:
+        generate_and_print(args, backend, prompts, None, ())
+    finally:
+        backend.close()
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
     from trt_kv.runtime.gpu.cuda import require_gpu
@@ -365,6 +397,9 @@ def _run(args: argparse.Namespace) -> int:
     check_backend_options(args, args.backend, note)
     if args.backend in GPU_BACKENDS:
         require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    if args.model is None and args.engine is not None:
+        return _engine_only(args)
+    args.model = args.model or "default"
     check_model(args)
     check_prompt_options(args)
     if args.prompt is None:  # ids: their lengths are known before loading
