@@ -42,3 +42,21 @@ def hf_greedy(model: object, prompt: list[int], n: int) -> list[int]:
             pad_token_id=0,
         )
     return out[0, len(prompt) :].tolist()
+
+
+def save_tokenizer(folder: Path) -> int:
+    """A small byte-level BPE ``tokenizer.json`` (GPT-2's kind) trained on one sentence;
+    returns its vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+    )
+    tokenizer.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 5, trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return tokenizer.get_vocab_size()

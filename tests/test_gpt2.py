@@ -77,9 +77,7 @@ def test_interpreter_of_the_built_network_matches_the_reference(model, attention
         dtype="float32",
         routes=Routes(attention=attention),
     )
-    ref = Session(
-        GPT2ReferenceBackend(model.config, model.weights, capacity=2, max_seq_len=S_MAX)
-    )
+    ref = Session(GPT2ReferenceBackend(model.config, model.weights, capacity=2, max_seq_len=S_MAX))
     got = Session(InterpreterBackend(net))
     np.testing.assert_allclose(got.prefill(PROMPTS), ref.prefill(PROMPTS), atol=1e-4)
     for token in ([7, 9], [11, 13]):

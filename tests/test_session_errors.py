@@ -275,7 +275,9 @@ def test_interpreter_backend_refuses_a_capacity_of_zero_or_no_network():
     net = build_llama_network(TINY_GQA, WEIGHTS, max_seq_len=S_MAX, max_batch=2, max_step_tokens=4)
     with pytest.raises(ArgumentError, match=r"^capacity: expected an integer >= 1, got 0$"):
         InterpreterBackend(net, capacity=0)
-    with pytest.raises(ArgumentError, match=r"^net: expected a network with decoder roles .*, got NoneType$"):
+    with pytest.raises(
+        ArgumentError, match=r"^net: expected a network with decoder roles .*, got NoneType$"
+    ):
         InterpreterBackend(None)
 
 
