@@ -23,11 +23,12 @@ from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.contract import DecoderRoles, decoder_profiles, decoder_roles, name_dimensions
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
-from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
+from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.network import check_step_sizes
 
 
 def _linear(g: Graph, x: object, w: np.ndarray, bias: np.ndarray) -> object:
@@ -120,14 +121,8 @@ def build_gpt2_network(
     """
     if not isinstance(config, GPT2Config):
         raise ArgumentError(mismatch("config", "a GPT2Config", "", type(config).__name__))
-    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)
+    max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
     config.check_max_seq_len(max_seq_len)
-    max_step_tokens = min(128, max_seq_len) if max_step_tokens is None else max_step_tokens
-    check_int("max_step_tokens", max_step_tokens, 1)
-    if max_step_tokens > max_seq_len:
-        raise ShapeError(
-            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
-        )
     chosen = resolve_routes(routes)
     builder, network = create_network()
     g = Graph(network, dtype)
@@ -157,17 +152,7 @@ def build_gpt2_network(
             ),
         )
         x = g.add(x, _mlp(g, lw, _layer_norm(g, x, lw.ln_2, eps)))
-    x = _layer_norm(g, x, weights.ln_f, eps)
-    if all_logits:
-        head = g.shuffle(wte, (1, config.vocab_size, config.n_embd))
-        logits = g.linear(x, head)  # [B, S, V]
-    else:
-        rows = network.add_input("last_token_rows", trt.int32, (-1,))
-        flat = g.shuffle(x, (-1, config.n_embd))  # [B * S, D]
-        logits = g.linear(g.gather(flat, rows, 0), wte)  # [B, V]
-    logits = g.cast(logits, "float32")
-    logits.name = "logits"
-    network.mark_output(logits)
+    g.logits(_layer_norm(g, x, weights.ln_f, eps), wte, all_logits)  # the tied head
     name_dimensions(network)
     profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
     roles = decoder_roles(network, profiles)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trt_kv.builder.kv_cache import CacheAlias
-from trt_kv.builder.model_caches import cache_names
+from trt_kv.builder.model_caches import layer_caches, model_cache_aliases
 from trt_kv.errors import check_int
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
@@ -112,12 +111,9 @@ class GPT2ReferenceBackend:
             check_int("max_step_tokens", max_step_tokens, 1, max_seq_len)
         self.config = config
         self.weights = weights.astype(np.float32)
-        shape = (-1, config.n_head, max_seq_len, config.head_dim)
-        aliases = [
-            CacheAlias(name, out, shape, "float32")
-            for pk, pv, ok, ov in map(cache_names, range(config.n_layer))
-            for name, out in ((pk, ok), (pv, ov))
-        ]
+        aliases = model_cache_aliases(
+            config.n_layer, config.n_head, max_seq_len, config.head_dim, "float32"
+        )
         self.storage = HostCaches(aliases, capacity)
         self.max_step_tokens = max_step_tokens or max_seq_len
         self.vocab_size = config.vocab_size
@@ -125,9 +121,7 @@ class GPT2ReferenceBackend:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         window = self.storage.window(plan.lo, len(plan.counts))
-        caches = [
-            (window[k], window[v]) for k, v, *_ in map(cache_names, range(self.config.n_layer))
-        ]
+        caches = layer_caches(window, self.config.n_layer)
         logits = forward(
             self.config,
             self.weights,

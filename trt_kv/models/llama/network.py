@@ -57,7 +57,7 @@ from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
-KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
+KV_LENGTHS, LOGITS = "key_value_lengths", "logits"
 ROPE_LENGTHS = "rope_lengths"
 
 
@@ -154,6 +154,27 @@ def default_step_tokens(max_seq_len: int) -> int:
     return min(128, max_seq_len)
 
 
+def check_step_sizes(max_seq_len: int, max_batch: int, max_step_tokens: int | None) -> int:
+    """``max_step_tokens`` (None: :func:`default_step_tokens`) once the sizes of a decoder
+    network are checked.
+
+    Raises:
+        ArgumentError: a size not an integer >= 1; ``max_seq_len`` past 2^31 - 1 (int32
+            write indices and lengths).
+        ShapeError: ``max_step_tokens > max_seq_len``.
+    """
+    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)
+    check_int("max_batch", max_batch, 1)
+    if max_step_tokens is None:
+        max_step_tokens = default_step_tokens(max_seq_len)
+    check_int("max_step_tokens", max_step_tokens, 1)
+    if max_step_tokens > max_seq_len:
+        raise ShapeError(
+            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
+        )
+    return max_step_tokens
+
+
 def build_llama_network(
     config: LlamaConfig,
     weights: LlamaWeights,
@@ -188,16 +209,8 @@ def build_llama_network(
     """
     if not isinstance(config, LlamaConfig):
         raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
-    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)  # int32 write indices and lengths
-    check_int("max_batch", max_batch, 1)
+    max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
     check_table_memory(config, max_seq_len)
-    if max_step_tokens is None:
-        max_step_tokens = default_step_tokens(max_seq_len)
-    check_int("max_step_tokens", max_step_tokens, 1)
-    if max_step_tokens > max_seq_len:
-        raise ShapeError(
-            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
-        )
     if routes is not None and not isinstance(routes, Routes):
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
     check_weights(weights, config)
@@ -236,16 +249,7 @@ def build_llama_network(
     for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
         x = _block(g, cfg, i, lw, x, shared)
     x = _norm(g, cfg, x, weights.final_norm)
-    head = embed if weights.lm_head is None else g.const(weights.lm_head)
-    if all_logits:
-        logits = g.linear(x, g.shuffle(head, (1, cfg.vocab_size, cfg.hidden_size)))  # [B, S, V]
-    else:
-        rows = network.add_input(LAST_TOKEN_ROWS, trt.int32, (-1,))
-        flat = g.shuffle(x, (-1, cfg.hidden_size))  # [B * S, D]
-        logits = g.linear(g.gather(flat, rows, 0), head)  # [B, D] -> [B, V]
-    logits = g.cast(logits, "float32")
-    logits.name = LOGITS
-    network.mark_output(logits)
+    g.logits(x, embed if weights.lm_head is None else g.const(weights.lm_head), all_logits)
     name_dimensions(network)
     profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
     return LlamaNetwork(
