@@ -173,3 +173,20 @@ def test_the_bring_your_own_decoder_script_decodes_on_every_backend():
         "polygraphy",
     ]
     assert lines[-1] == "all backends agree with NumPy"
+
+
+def test_no_runtime_module_imports_a_model():
+    """The runtime knows roles, not models: nothing under trt_kv/runtime imports trt_kv.models
+    (the reference backends live beside their models)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "trt_kv" / "runtime").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in getattr(node, "names", [])] if isinstance(node, ast.Import) else []
+            )
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}: {n}" for n in names if n.startswith("trt_kv.models")]
+    assert found == []
