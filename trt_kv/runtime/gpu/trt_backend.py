@@ -114,7 +114,7 @@ class TrtBackend:
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.stream = create_stream()
         most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
-        self.staging = StepInputs(self.roles.feed_names(), most)
+        self.staging = StepInputs(frozenset(self.roles.feed_names()), most)
         rows = capacity * (self.max_step_tokens if self.roles.all_logits else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4)
 
