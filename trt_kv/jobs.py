@@ -243,3 +243,7 @@ def weights_digest(weights: object) -> str:
             digest.update(f"{a.dtype.str}{a.shape}".encode())
             digest.update(a.reshape(-1).view(np.uint8))
     return digest.hexdigest()
+
+
+# The names before GPT-2 (Llama engines only), for code written against them.
+build_llama_engine, find_llama_engine = build_model_engine, find_model_engine
