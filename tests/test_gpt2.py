@@ -66,8 +66,18 @@ def test_reference_gives_transformers_16_greedy_ids_of_a_ragged_batch(hf, model)
     assert len(set(ids[0])) > 2  # the ids vary: the check can fail
 
 
-@pytest.mark.parametrize("attention", ["auto", "primitive"])
-def test_interpreter_of_the_built_network_matches_the_reference(model, attention):
+ROUTES = [  # every attention route, with key_value_lengths where it applies (no RoPE here)
+    Routes(attention=attention, key_value_lengths=lengths)
+    for attention in ("attention_v2", "attention", "primitive")
+    for lengths in (False, True)
+    if not (lengths and attention == "primitive")
+]
+
+
+@pytest.mark.parametrize(
+    "routes", ROUTES, ids=[f"{r.attention}{'-lengths' * r.key_value_lengths}" for r in ROUTES]
+)
+def test_interpreter_of_the_built_network_matches_the_reference(model, routes):
     net = build_gpt2_network(
         model.config,
         model.weights,
@@ -75,8 +85,10 @@ def test_interpreter_of_the_built_network_matches_the_reference(model, attention
         max_batch=2,
         max_step_tokens=8,
         dtype="float32",
-        routes=Routes(attention=attention),
+        routes=routes,
     )
+    inputs = {net.network.get_input(i).name for i in range(net.network.num_inputs)}
+    assert ("key_value_lengths" in inputs) == routes.key_value_lengths
     ref = Session(GPT2ReferenceBackend(model.config, model.weights, capacity=2, max_seq_len=S_MAX))
     got = Session(InterpreterBackend(net))
     np.testing.assert_allclose(got.prefill(PROMPTS), ref.prefill(PROMPTS), atol=1e-4)
