@@ -17,14 +17,15 @@ def folder(tmp_path_factory):
     return folder, save_gpt2(folder)
 
 
+def on_interpreter(model: object, *argv: str, check: bool = True) -> object:
+    """``trt-kv generate --model MODEL --backend interpreter ARGV...``."""
+    return run_cli("generate", "--model", model, "--backend", "interpreter", *argv, check=check)
+
+
 def test_generate_on_the_interpreter_gives_transformers_ids(folder):
     path, hf_model = folder
-    out = run_cli(
-        "generate",
-        "--model",
+    out = on_interpreter(
         path,
-        "--backend",
-        "interpreter",
         "--prompt-ids",
         IDS,
         "--max-new-tokens",
@@ -37,12 +38,8 @@ def test_generate_on_the_interpreter_gives_transformers_ids(folder):
 
 
 def test_max_seq_len_past_n_positions_is_one_error_line_naming_it(folder):
-    out = run_cli(
-        "generate",
-        "--model",
+    out = on_interpreter(
         folder[0],
-        "--backend",
-        "interpreter",
         "--max-seq-len",
         "64",
         check=False,
@@ -99,12 +96,8 @@ def test_build_then_generate_from_the_engine_alone_and_bench(folder, tmp_path):
 def test_text_prompts_where_the_folder_has_a_tokenizer(tmp_path):
     vocab = save_tokenizer(tmp_path)
     save_gpt2(tmp_path, vocab_size=vocab)
-    out = run_cli(
-        "generate",
-        "--model",
+    out = on_interpreter(
         tmp_path,
-        "--backend",
-        "interpreter",
         "--prompt",
         "the fox",
         "--max-new-tokens",
@@ -118,12 +111,8 @@ def test_text_prompts_where_the_folder_has_a_tokenizer(tmp_path):
 
 
 def test_text_prompts_without_a_tokenizer_are_refused(folder):
-    out = run_cli(
-        "generate",
-        "--model",
+    out = on_interpreter(
         folder[0],
-        "--backend",
-        "interpreter",
         "--prompt",
         "hi",
         *SIZES,
