@@ -190,3 +190,24 @@ def test_no_runtime_module_imports_a_model():
                 names = [node.module]
             found += [f"{path.name}: {n}" for n in names if n.startswith("trt_kv.models")]
     assert found == []
+
+
+def test_a_cached_engine_without_roles_is_rebuilt_not_reused(tmp_path):
+    """An engine built before the contract has a sidecar without roles: no backend could run
+    it, so ``find_model_engine`` does not offer it for reuse."""
+    from tiny_models import TINY_GQA
+
+    from trt_kv.engine_file import sidecar_path
+    from trt_kv.jobs import BuildOptions, build_model_engine, find_model_engine
+    from trt_kv.models.llama import random_weights
+
+    options = BuildOptions(dtype="float32", max_seq_len=16, max_batch=1, max_step_tokens=4)
+    built = build_model_engine(
+        "tiny", TINY_GQA, random_weights(TINY_GQA), out_dir=tmp_path, **options.to_json()
+    )
+    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is not None
+    side = sidecar_path(built.path)
+    record = json.loads(side.read_text())
+    del record["roles"]
+    side.write_text(json.dumps(record))
+    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is None

@@ -70,6 +70,13 @@ def test_build_then_generate_from_the_engine_alone_and_bench(folder, tmp_path):
         "--json",
     )
     assert json.loads(out.stdout)["ids"] == [hf_greedy(hf_model, p, 6) for p in PROMPTS]
+    text = run_cli(
+        "generate", "--engine", engine, "--backend", "tensorrt", "--emulate-gpu", "--prompt",
+        "hi", check=False,
+    )  # fmt: skip
+    assert text.returncode == 2 and text.stderr.strip() == (
+        "trt-kv: error: --prompt: expected --prompt-ids (text needs --model's tokenizer), got text"
+    )
     inspect = run_cli("inspect", engine).stdout
     assert "roles        token_ids: input_ids, positions: position_ids" in inspect
     assert "decoder      vocab 101, S_max 32, B <= 2, S <= 8 per step" in inspect
