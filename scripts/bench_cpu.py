@@ -134,7 +134,7 @@ def trt_kv_side(side: str, folder: str, batch: int, context: int, chunk: int, st
     config = LlamaConfig.from_hf(folder)
     s_max = context + 128
     if side == "reference":
-        from trt_kv.runtime import ReferenceBackend
+        from trt_kv.models.llama.reference_backend import ReferenceBackend
 
         backend = ReferenceBackend(
             config,

@@ -15,10 +15,11 @@ import time
 
 import numpy as np
 
+from trt_kv.builder.contract import INPUT_ROLES, DecoderRoles
 from trt_kv.examples import load_model
+from trt_kv.models.llama.reference_backend import llama_cache_aliases
 from trt_kv.runtime.backend import step_feed
 from trt_kv.runtime.cache_state import StepPlan
-from trt_kv.runtime.reference_backend import llama_cache_aliases
 from trt_kv.runtime.session import Session
 from trt_kv.runtime.storage import HostCaches
 
@@ -35,13 +36,20 @@ class NoWorkBackend:
         self.max_step_tokens = max_seq_len
         self.vocab_size = config.vocab_size
         self.long_rope_after = None
-        self.inputs = frozenset(
-            ["input_ids", "position_ids", "write_indices", "key_value_lengths", "last_token_rows"]
+        self.roles = DecoderRoles(
+            inputs={r: INPUT_ROLES[r].default_name for r in list(INPUT_ROLES)[:5]},
+            logits="logits",
+            caches=(),
+            vocab_size=config.vocab_size,
+            max_seq_len=max_seq_len,
+            max_batch=capacity,
+            max_step_tokens=max_seq_len,
+            all_logits=False,
         )
         self.logits = np.zeros((capacity, config.vocab_size), np.float32)
 
     def run(self, plan: StepPlan) -> np.ndarray:
-        step_feed(plan, self.inputs)
+        step_feed(plan, self.roles)
         return self.logits[: len(plan.counts)]
 
 
@@ -59,7 +67,7 @@ def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> 
     m = load_model(model)
     run_name, config, weights = m.name, m.config, m.weights
     if name == "reference":
-        from trt_kv.runtime.reference_backend import ReferenceBackend
+        from trt_kv.models.llama.reference_backend import ReferenceBackend
 
         return ReferenceBackend(config, weights, capacity=batch, max_seq_len=s_max)
     if name == "interpreter":
@@ -71,9 +79,9 @@ def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> 
                 config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
             )
         )
-    from trt_kv.jobs import build_llama_engine
+    from trt_kv.jobs import build_model_engine
 
-    path = build_llama_engine(
+    path = build_model_engine(
         run_name, config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
     ).path
     if name == "polygraphy":

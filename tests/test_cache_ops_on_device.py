@@ -151,14 +151,14 @@ def test_captured_graphs_are_bounded_and_evicted_ones_destroyed(tmp_path):
     from tiny_models import TINY_GQA
 
     from trt_kv.emulator import counting, is_active
-    from trt_kv.jobs import build_llama_engine
+    from trt_kv.jobs import build_model_engine
     from trt_kv.models.llama import random_weights
     from trt_kv.runtime import Session
     from trt_kv.runtime.gpu.trt_backend import MAX_GRAPHS, TrtBackend
 
     weights = random_weights(TINY_GQA, seed=3, std=0.3)
     shapes = {"max_seq_len": 8, "max_batch": 1, "max_step_tokens": 2}
-    path = build_llama_engine("lru", TINY_GQA, weights, out_dir=tmp_path, **shapes).path
+    path = build_model_engine("lru", TINY_GQA, weights, out_dir=tmp_path, **shapes).path
     slots = MAX_GRAPHS + 2  # one binding state (window start) per slot: two more than kept
     backend = TrtBackend(path, capacity=slots, cuda_graph="manual")
     session = Session(backend)

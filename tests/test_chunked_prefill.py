@@ -18,7 +18,8 @@ from tiny_models import TINY_GQA
 from trt_kv.builder import Profile
 from trt_kv.errors import CacheOverflowError, ShapeError
 from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.chunking import plan_chunks
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 from trt_kv.runtime.profiles import select_profile

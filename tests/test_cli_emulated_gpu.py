@@ -112,10 +112,8 @@ def test_an_engine_of_another_model_or_no_decoder_is_refused_by_name(tiny_model,
         (
             tiny_model,
             tmp_path / "kv_cache_doc_example.engine",
-            f"--engine: {tmp_path / 'kv_cache_doc_example.engine'}: expected a trt_kv decoder "
-            "engine "
-            "(sidecar metadata with config, max_seq_len, max_batch, max_step_tokens), got "
-            "missing ['config', 'max_seq_len', 'max_batch', 'max_step_tokens']",
+            f"--engine: {tmp_path / 'kv_cache_doc_example.engine'}: expected a decoder engine "
+            "(sidecar with roles), got no roles",
         ),
     ):
         argv = ["generate", "--model", str(model), "--engine", str(path), "--emulate-gpu"]

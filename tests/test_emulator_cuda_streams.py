@@ -315,7 +315,7 @@ def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp
     them without synchronizing the stream. On a GPU that is a race; here it always shows."""
     from tiny_models import TINY_GQA
 
-    from trt_kv.jobs import build_llama_engine
+    from trt_kv.jobs import build_model_engine
     from trt_kv.models.llama import build_llama_network, random_weights
     from trt_kv.models.llama.network import LOGITS
     from trt_kv.runtime import Session
@@ -332,7 +332,7 @@ def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp
 
     weights = random_weights(TINY_GQA, seed=3, std=0.3)
     shapes = {"max_seq_len": 16, "max_batch": 1, "max_step_tokens": 4}
-    path = build_llama_engine("nosync", TINY_GQA, weights, out_dir=tmp_path, **shapes).path
+    path = build_model_engine("nosync", TINY_GQA, weights, out_dir=tmp_path, **shapes).path
     broken = SkipsTheSynchronize(path)
     try:
         logits = Session(broken).prefill([[5, 17, 42]])

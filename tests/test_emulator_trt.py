@@ -233,14 +233,14 @@ def test_close_destroys_graphs_executables_and_the_stream(tmp_path):
     # Defect 6b: captured graphs, their executables and the stream were never destroyed.
     from tiny_models import TINY_GQA
 
-    from trt_kv.jobs import build_llama_engine
+    from trt_kv.jobs import build_model_engine
     from trt_kv.models.llama import random_weights
     from trt_kv.runtime import Session
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     weights = random_weights(TINY_GQA, seed=1, std=0.3)
     with emulated_gpu():
-        path = build_llama_engine(
+        path = build_model_engine(
             "t", TINY_GQA, weights, out_dir=tmp_path, max_seq_len=8, max_batch=1, max_step_tokens=2
         ).path
         gpu = device()

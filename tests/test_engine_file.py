@@ -8,7 +8,7 @@ from tiny_models import TINY_GQA
 from trt_kv import FEATURES
 from trt_kv.engine_file import check_engine_aliases, load_engine_file, sidecar_path
 from trt_kv.errors import EngineFileError
-from trt_kv.jobs import build_doc_example, build_llama_engine
+from trt_kv.jobs import build_doc_example, build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 
 TINY = TINY_GQA
@@ -20,7 +20,7 @@ def doc_engine(tmp_path_factory):
 
 
 def build_tiny_engine(out_dir):
-    return build_llama_engine(
+    return build_model_engine(
         "tiny",
         TINY,
         random_weights(TINY),

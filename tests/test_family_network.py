@@ -13,7 +13,8 @@ from test_routes import COMBINATIONS, _route_id
 
 from trt_kv.builder import build_engine
 from trt_kv.models.llama import build_llama_network
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 S_MAX, MAX_STEP, NEW_TOKENS = 24, 8, 6

@@ -6,7 +6,8 @@ from tiny_models import TINY_GQA
 
 from trt_kv.errors import ArgumentError
 from trt_kv.models.llama import random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6]]
 WEIGHTS = random_weights(TINY_GQA, seed=0, std=0.3)

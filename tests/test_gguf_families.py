@@ -22,7 +22,8 @@ from hf_models import greedy_ids
 
 from trt_kv.checkpoints import read_gguf
 from trt_kv.models.llama import LlamaConfig, build_llama_network, llama_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 S_MAX, NEW_TOKENS = 32, 16

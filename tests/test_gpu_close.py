@@ -13,7 +13,7 @@ from tiny_models import TINY_GQA
 
 from trt_kv import emulator
 from trt_kv.errors import ClosedError
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import random_weights
 from trt_kv.runtime import Session, generate
 
@@ -27,7 +27,7 @@ PROMPTS = [[5, 17, 42, 8], [61, 3]]
 def engine(tmp_path_factory):
     out = tmp_path_factory.mktemp("engines")
     shapes = {"max_seq_len": 16, "max_batch": 2, "max_step_tokens": 4}
-    return build_llama_engine("close", TINY_GQA, WEIGHTS, out_dir=out, **shapes).path
+    return build_model_engine("close", TINY_GQA, WEIGHTS, out_dir=out, **shapes).path
 
 
 def _tensorrt(engine):

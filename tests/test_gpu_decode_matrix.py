@@ -12,7 +12,7 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv import dtypes
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.runtime import Session
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
@@ -30,7 +30,7 @@ BACKENDS = ("tensorrt", "tensorrt-manual-graph", "tensorrt-graph", "polygraphy")
 def engines(tmp_path_factory):
     out = tmp_path_factory.mktemp("engines")
     return {
-        d: build_llama_engine(f"matrix-{d}", TINY_GQA, WEIGHTS, dtype=d, out_dir=out, **SHAPES).path
+        d: build_model_engine(f"matrix-{d}", TINY_GQA, WEIGHTS, dtype=d, out_dir=out, **SHAPES).path
         for d in DTYPES
     }
 

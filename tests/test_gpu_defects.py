@@ -13,9 +13,10 @@ from tiny_models import TINY_GQA
 
 from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import EngineRunError, ShapeError
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 pytestmark = pytest.mark.gpu
@@ -29,7 +30,7 @@ PROMPTS = [[5, 17, 42, 8], [61, 3]]
 def engines(tmp_path_factory):
     out = tmp_path_factory.mktemp("engines")
     return {
-        dtype: build_llama_engine(
+        dtype: build_model_engine(
             f"defects-{dtype}", TINY_GQA, WEIGHTS, dtype=dtype, out_dir=out, **SHAPES
         ).path
         for dtype in ("float32", "bfloat16")

@@ -6,10 +6,11 @@ Every test here is marked ``gpu`` and skips with the reason where no CUDA device
 import numpy as np
 import pytest
 
-from trt_kv.jobs import build_doc_example, build_llama_engine
+from trt_kv.jobs import build_doc_example, build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
+from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.reference import kv_cache_update
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.runtime import Session, generate
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +29,7 @@ PROMPTS = [[5, 17, 42, 8], [61, 3]]
 
 @pytest.fixture(scope="module")
 def engine_path(tmp_path_factory):
-    return build_llama_engine(
+    return build_model_engine(
         "gpu-tiny",
         CFG,
         WEIGHTS,

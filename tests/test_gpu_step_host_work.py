@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tiny_models import TINY_GQA
 
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import random_weights
 from trt_kv.runtime import Session
 
@@ -23,7 +23,7 @@ SHAPES = {"max_seq_len": 16, "max_batch": 2, "max_step_tokens": 4}
 def engine(tmp_path_factory):
     weights = random_weights(TINY_GQA, seed=11, std=0.3)
     out = tmp_path_factory.mktemp("engines")
-    return build_llama_engine("host-work", TINY_GQA, weights, out_dir=out, **SHAPES).path
+    return build_model_engine("host-work", TINY_GQA, weights, out_dir=out, **SHAPES).path
 
 
 def decode_counts(engine, cuda_graph, batch):

@@ -9,8 +9,8 @@ from trt_kv.builder import Routes
 from trt_kv.errors import ArgumentError
 from trt_kv.jobs import (
     BuildOptions,
-    build_llama_engine,
-    find_llama_engine,
+    build_model_engine,
+    find_model_engine,
     model_engine_path,
 )
 from trt_kv.models.llama import LlamaConfig, random_weights
@@ -62,7 +62,7 @@ def built(tmp_path_factory):
     return (
         out,
         BuildOptions(**options),
-        build_llama_engine("tiny", TINY_GQA, random_weights(TINY_GQA), out_dir=out, **options),
+        build_model_engine("tiny", TINY_GQA, random_weights(TINY_GQA), out_dir=out, **options),
     )
 
 
@@ -87,7 +87,7 @@ def test_sidecar_holds_the_options_and_the_build_time(built):
 
 def test_the_same_options_and_config_find_the_engine_as_reused(built):
     out, options, engine = built
-    found = find_llama_engine("tiny", TINY_GQA, options, out)
+    found = find_model_engine("tiny", TINY_GQA, options, out)
     assert found is not None and found.reused
     assert (found.path, found.meta) == (engine.path, engine.meta)
 
@@ -96,8 +96,8 @@ def test_another_config_or_option_finds_nothing(built):
     out, options, _ = built
     other = LlamaConfig(**{**dataclasses.asdict(TINY_GQA), "rms_norm_eps": 1e-3})
     assert other != TINY_GQA
-    assert find_llama_engine("tiny", other, options, out) is None
-    assert find_llama_engine("tiny", TINY_GQA, BuildOptions(max_seq_len=17), out) is None
+    assert find_model_engine("tiny", other, options, out) is None
+    assert find_model_engine("tiny", TINY_GQA, BuildOptions(max_seq_len=17), out) is None
 
 
 def test_a_tampered_engine_is_not_reused(built, tmp_path):
@@ -107,7 +107,7 @@ def test_a_tampered_engine_is_not_reused(built, tmp_path):
     (tmp_path / (engine.path.name + ".json")).write_text(
         (out / (engine.path.name + ".json")).read_text()
     )
-    assert find_llama_engine("tiny", TINY_GQA, options, tmp_path) is None
+    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is None
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_a_malformed_sidecar_means_rebuild_not_a_crash(built, tmp_path, sidecar)
     _, options, engine = built
     (tmp_path / engine.path.name).write_bytes(engine.path.read_bytes())
     (tmp_path / (engine.path.name + ".json")).write_bytes(sidecar)
-    assert find_llama_engine("tiny", TINY_GQA, options, tmp_path) is None
+    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is None
 
 
 def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
@@ -146,5 +146,5 @@ def test_an_unknown_option_or_a_name_with_a_path_is_refused_before_building(
     """The first was a TypeError from the dataclass; the second wrote outside ``out_dir``."""
     weights = random_weights(TINY_GQA, seed=0)
     with pytest.raises(ArgumentError, match=f"^{message}$"):
-        build_llama_engine(name, TINY_GQA, weights, out_dir=tmp_path, max_seq_len=16, **options)
+        build_model_engine(name, TINY_GQA, weights, out_dir=tmp_path, max_seq_len=16, **options)
     assert not any(tmp_path.parent.glob("t-*.engine")) and not any(tmp_path.iterdir())

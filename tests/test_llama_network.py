@@ -24,12 +24,13 @@ from trt_kv.builder import cache_aliases, create_network
 from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import ArgumentError, ShapeError
 from trt_kv.interpreter import compile_network
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
 from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.models.llama.rope_layers import add_rope, table_bytes
 from trt_kv.reference.llama import empty_caches, forward
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.host_memory import available_host_bytes
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
@@ -216,7 +217,7 @@ def test_max_step_tokens_longer_than_max_seq_len_raises():
 
 def test_smollm2_135m_float16_network_builds_an_engine_with_its_sidecar(tmp_path):
     config = LlamaConfig()  # SmolLM2-135M: 30 layers, D=576, 9:3 heads of 64, V=49152
-    built = build_llama_engine(
+    built = build_model_engine(
         "smollm2-135m",
         config,
         random_weights(config),

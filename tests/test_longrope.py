@@ -22,11 +22,12 @@ from hf_models import greedy_ids, save_random_model
 
 from trt_kv.builder import Routes
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights
 from trt_kv.models.llama.network import ROPE_LENGTHS
+from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.reference.llama import empty_caches, forward
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 ORIGINAL, S_MAX, NEW = 32, 64, 16
@@ -265,7 +266,7 @@ def engine(phi3, tmp_path_factory):
     """A float32 TensorRT-RTX engine (chunked prefill: steps of 16), built inside the first
     gpu test (on the emulated device here, so it can be deserialized there)."""
     _, config, weights = phi3
-    return build_llama_engine(
+    return build_model_engine(
         "phi3-longrope",
         config,
         weights,
@@ -296,7 +297,7 @@ def test_inspect_names_the_rope_lengths_input_and_the_length_past_which_it_switc
     from trt_kv.cli.inspect import format_report, report
 
     _, config, weights = phi3
-    built = build_llama_engine(
+    built = build_model_engine(
         "phi3-longrope",
         config,
         weights,

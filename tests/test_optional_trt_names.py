@@ -19,7 +19,8 @@ from tiny_models import TINY_GQA
 
 from trt_kv import _trt
 from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 # What TensorRT 10.15 lacks of TensorRT 11 / TensorRT-RTX, as (owner, attribute) paths.

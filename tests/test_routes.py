@@ -23,9 +23,10 @@ from trt_kv._trt import FEATURES
 from trt_kv.builder import Routes, resolve_routes
 from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import NetworkError, RouteError
-from trt_kv.jobs import build_llama_engine
+from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights, random_weights
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 # What each TensorRT offers (the chooser reads features, never these version strings).
@@ -204,7 +205,7 @@ def test_route_builds_an_engine_and_generates_the_reference_and_hf_ids(
 ):
     config, weights, hf_ids = hf_checkpoint
     shape = dict(max_seq_len=S_MAX, max_batch=2, max_step_tokens=MAX_STEP)
-    built = build_llama_engine(
+    built = build_model_engine(
         "tiny", config, weights, out_dir=tmp_path, dtype="float16", routes=routes, **shape
     )
     assert json.loads(sidecar_path(built.path).read_text())["metadata"]["routes"] == {

@@ -5,7 +5,8 @@ import pytest
 
 from trt_kv.errors import CacheOverflowError, ShapeError, SlotError
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
-from trt_kv.runtime import ReferenceBackend, Sampler, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Sampler, Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 CFG = LlamaConfig(

@@ -17,8 +17,8 @@ from trt_kv.errors import (
     TrtKvError,
 )
 from trt_kv.models.llama import random_weights
-from trt_kv.runtime import HostCaches, ReferenceBackend, Sampler, Session, generate
-from trt_kv.runtime.reference_backend import llama_cache_aliases
+from trt_kv.models.llama.reference_backend import ReferenceBackend, llama_cache_aliases
+from trt_kv.runtime import HostCaches, Sampler, Session, generate
 
 V = TINY_GQA.vocab_size  # 64
 WEIGHTS = random_weights(TINY_GQA, seed=4, std=0.3)
@@ -275,7 +275,9 @@ def test_interpreter_backend_refuses_a_capacity_of_zero_or_no_network():
     net = build_llama_network(TINY_GQA, WEIGHTS, max_seq_len=S_MAX, max_batch=2, max_step_tokens=4)
     with pytest.raises(ArgumentError, match=r"^capacity: expected an integer >= 1, got 0$"):
         InterpreterBackend(net, capacity=0)
-    with pytest.raises(ArgumentError, match=r"^net: expected a LlamaNetwork .*, got NoneType$"):
+    with pytest.raises(
+        ArgumentError, match=r"^net: expected a network with decoder roles .*, got NoneType$"
+    ):
         InterpreterBackend(None)
 
 

@@ -15,7 +15,8 @@ from tiny_models import TINY_GQA
 
 from trt_kv.errors import TrtKvError
 from trt_kv.models.llama import random_weights
-from trt_kv.runtime import ReferenceBackend, Session
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session
 
 V = TINY_GQA.vocab_size
 CAPACITY, S_MAX, STEP = 3, 10, 4

@@ -6,8 +6,8 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv.errors import ArgumentError
+from trt_kv.models.llama.reference_backend import llama_cache_aliases
 from trt_kv.runtime import HostCaches, Sampler, Session, generate
-from trt_kv.runtime.reference_backend import llama_cache_aliases
 
 V = 10
 

@@ -13,7 +13,8 @@ import torch
 from real_model import CHAT_IDS, CHAT_PROMPT_IDS, PLAIN_IDS, PLAIN_PROMPT_IDS
 
 from trt_kv.models.llama import LlamaConfig, build_llama_network, to_hf_tensors
-from trt_kv.runtime import ReferenceBackend, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 PROMPTS = [CHAT_PROMPT_IDS, PLAIN_PROMPT_IDS]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES
+from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
 from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, cache_update_layers, source_input
 from trt_kv.errors import EngineFileError, mismatch
@@ -60,6 +61,7 @@ class EngineMeta:
     build_seconds: float = 0.0
     metadata: dict = field(default_factory=dict)
     cache_update: str | None = "layer"  # "layer" or "plugin"
+    roles: DecoderRoles | None = None  # the decoder contract (trt_kv.builder.contract)
 
     def to_json(self) -> dict:
         spec = lambda t: {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}  # noqa: E731
@@ -77,6 +79,7 @@ class EngineMeta:
             "build_seconds": self.build_seconds,
             "cache_update": self.cache_update,
             "metadata": self.metadata,
+            **({} if self.roles is None else {"roles": self.roles.to_json()}),
         }
 
     @classmethod
@@ -111,6 +114,7 @@ class EngineMeta:
                 build_seconds=d.get("build_seconds", 0.0),
                 metadata=_typed(d, "metadata", dict) if "metadata" in d else {},
                 cache_update=d.get("cache_update", "layer"),
+                roles=DecoderRoles.from_json(d["roles"]) if d.get("roles") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise EngineFileError(
@@ -150,9 +154,14 @@ def _write_indices_name(network: object) -> str | None:
 
 
 def describe(
-    network: object, built: BuiltEngine, profiles: list[Profile], metadata: dict | None = None
+    network: object,
+    built: BuiltEngine,
+    profiles: list[Profile],
+    metadata: dict | None = None,
+    roles: DecoderRoles | None = None,
 ) -> EngineMeta:
-    """The sidecar content of an engine built from ``network``."""
+    """The sidecar content of an engine built from ``network`` (``roles``: its decoder
+    contract, :func:`~trt_kv.builder.contract.decoder_roles`, for an engine a session runs)."""
     return EngineMeta(
         trt_module=FEATURES.module,
         trt_version=FEATURES.version,
@@ -166,6 +175,7 @@ def describe(
         build_seconds=round(built.build_seconds, 3),
         metadata=metadata or {},
         cache_update=cache_update_method(network),
+        roles=roles,
     )
 
 

@@ -1,5 +1,6 @@
 """Built-in networks: the KV-cache example of TensorRT's KVCacheUpdate operator page, and
-the models ``--model`` names (the default SmolLM2-135M-Instruct, a folder, a GGUF file)."""
+the models ``--model`` names (the default SmolLM2-135M-Instruct, a folder of any
+architecture trt_kv builds, a GGUF file)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,8 @@ import numpy as np
 from trt_kv.builder import Profile, add_kv_cache_update, create_network
 from trt_kv.checkpoints import Checkpoint, read_checkpoint
 from trt_kv.errors import ArgumentError, DownloadError, mismatch
-from trt_kv.models.llama import (
-    LlamaConfig,
-    LlamaWeights,
-    llama_weights,
-    random_weights,
-    to_hf_tensors,
-)
+from trt_kv.models.architectures import architecture_of_hf
+from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
 
 # Shapes of the documentation example: cache [4, 2, 8, 1], update [4, 2, 4, 1], indices [4].
 DOC_CACHE_SHAPE = (4, 2, 8, 1)
@@ -43,11 +39,11 @@ def doc_example_network(
 
 @dataclass
 class Model:
-    """A checkpoint and what the Llama architecture made of it."""
+    """A checkpoint and what its architecture (:mod:`trt_kv.models.architectures`) made of it."""
 
     name: str  # engine files are named after it
-    config: LlamaConfig
-    weights: LlamaWeights
+    config: object  # LlamaConfig, GPT2Config
+    weights: object  # LlamaWeights, GPT2Weights
     checkpoint: Checkpoint  # .tokenizer(), .eos_token_ids, .random
 
 
@@ -81,5 +77,6 @@ def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = Tru
             file=sys.stderr,
         )
         checkpoint = random_checkpoint(seed)
-    config = LlamaConfig.from_hf(checkpoint.config)
-    return Model(checkpoint.name, config, llama_weights(checkpoint.tensors, config), checkpoint)
+    arch = architecture_of_hf(checkpoint.config)
+    config = arch.config_from_hf(checkpoint.config)
+    return Model(checkpoint.name, config, arch.weights(checkpoint.tensors, config), checkpoint)

@@ -3,8 +3,10 @@
 A model engine's file name and sidecar key come from :class:`BuildOptions`, every option
 that changes the built engine, so engines of other shapes never overwrite each other and a
 cached engine is reused only when every option matches. A new build option is a new field
-of :class:`BuildOptions` (and a keyword of ``build_llama_network`` of the same name): it
-joins the file name, the sidecar key and the build call without further edits.
+of :class:`BuildOptions` (and a keyword of every architecture's network builder, e.g.
+``build_llama_network``, of the same name): it joins the file name, the sidecar key and the
+build call without further edits. The architecture comes from the config's type
+(:mod:`trt_kv.models.architectures`); the sidecar records the network's decoder roles.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv import build_defaults as defaults
-from trt_kv.builder import Profile, Routes, build_engine
+from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
 from trt_kv.engine_file import EngineMeta, describe, load_engine_file, save_engine
 from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
-from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network
+from trt_kv.models.architectures import architecture_named, architecture_of
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
@@ -109,11 +111,14 @@ def build_to_file(
     profiles: list[Profile],
     path: Path,
     metadata: dict | None = None,
+    roles: DecoderRoles | None = None,
 ) -> BuiltFile:
-    """Compile ``network`` and write ``path`` plus its sidecar (with the build time)."""
+    """Compile ``network`` and write ``path`` plus its sidecar (with the build time and
+    ``roles``, the decoder contract a session backend reads: None for a network that is not
+    a decoder, such as the doc example)."""
     built = build_engine(builder, network, profiles)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    meta = describe(network, built, profiles, {**(metadata or {}), BUILT_AT_KEY: stamp})
+    meta = describe(network, built, profiles, {**(metadata or {}), BUILT_AT_KEY: stamp}, roles)
     return BuiltFile(save_engine(path, built, meta), meta)
 
 
@@ -132,7 +137,9 @@ def find_doc_example(out_dir: Path = ENGINES_DIR) -> BuiltFile | None:
     """The documentation example's engine in ``out_dir`` as :func:`build_doc_example` wrote
     it, readable by the running TensorRT with an intact checksum; None otherwise."""
     path = out_dir / f"{DOC_EXAMPLE}.engine"
-    return _reusable(path, lambda md: all(md.get(k) == v for k, v in DOC_EXAMPLE_METADATA.items()))
+    return _reusable(
+        path, lambda meta: all(meta.metadata.get(k) == v for k, v in DOC_EXAMPLE_METADATA.items())
+    )
 
 
 def doc_example_engine(out_dir: Path = ENGINES_DIR) -> BuiltFile:
@@ -140,16 +147,16 @@ def doc_example_engine(out_dir: Path = ENGINES_DIR) -> BuiltFile:
     return find_doc_example(out_dir) or build_doc_example(out_dir)
 
 
-def _reusable(path: Path, matches: Callable[[dict], bool]) -> BuiltFile | None:
+def _reusable(path: Path, matches: Callable[[EngineMeta], bool]) -> BuiltFile | None:
     """``path`` as a reused :class:`BuiltFile` when it and its sidecar load (checksum,
-    TensorRT module and version) and ``matches(sidecar metadata)``; None otherwise."""
+    TensorRT module and version) and ``matches(its sidecar)``; None otherwise."""
     if not path.is_file():
         return None
     try:
         _, meta = load_engine_file(path)
     except EngineFileError:
         return None  # stale, tampered with, or from another TensorRT: rebuild
-    return BuiltFile(path, meta, reused=True) if matches(meta.metadata) else None
+    return BuiltFile(path, meta, reused=True) if matches(meta) else None
 
 
 def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = ENGINES_DIR) -> Path:
@@ -165,63 +172,100 @@ def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = EN
     return Path(out_dir) / f"{name}-{options.key()}.engine"
 
 
-def find_llama_engine(
-    name: str, config: LlamaConfig, options: BuildOptions, out_dir: Path = ENGINES_DIR
+def find_model_engine(
+    name: str, config: object, options: BuildOptions, out_dir: Path = ENGINES_DIR
 ) -> BuiltFile | None:
     """The engine in ``out_dir`` built for this model config and exactly these options,
-    readable by the running TensorRT with an intact checksum; None otherwise."""
+    readable by the running TensorRT with an intact checksum and decoder roles (an engine
+    built before the decoder contract is rebuilt); None otherwise."""
     return _reusable(
         model_engine_path(name, options, out_dir),
-        lambda md: (
-            md.get(OPTIONS_KEY) == options.to_json() and md.get("config") == config.to_json()
+        lambda meta: (
+            meta.roles is not None
+            and meta.metadata.get(OPTIONS_KEY) == options.to_json()
+            and meta.metadata.get("config") == config.to_json()
         ),
     )
 
 
-def build_llama_engine(
+def build_model_engine(
     name: str,
-    config: LlamaConfig,
-    weights: LlamaWeights,
+    config: object,
+    weights: object,
     *,
     out_dir: Path = ENGINES_DIR,
     source: str | None = None,
     **options: object,
 ) -> BuiltFile:
-    """A Llama engine for prefill and decode, written to ``out_dir`` under a name that
-    covers every build option; the sidecar metadata holds the config and the options.
+    """An engine for prefill and decode of any architecture trt_kv builds (by the type of
+    ``config``: a LlamaConfig, a GPT2Config), written to ``out_dir`` under a name that covers
+    every build option; the sidecar holds the decoder roles, the config and the options.
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
     ``max_batch``, ``max_step_tokens``, ...); an unknown one is an ArgumentError naming it
     and the known ones, raised (as every argument check) before anything is built.
     ``source``: the ``load_model`` spec the weights came from ("default" or a checkpoint
-    folder); the sidecar then records a recipe (source and weights sha256) from which the
-    same network can be rebuilt, e.g. by the emulated TensorRT runtime.
+    folder); the sidecar then records a recipe (architecture, source and weights sha256)
+    from which the same network can be rebuilt (:func:`network_from_recipe`), e.g. by the
+    emulated TensorRT runtime.
     """
     known = [f.name for f in dataclasses.fields(BuildOptions)]
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ArgumentError(mismatch("options", "BuildOptions fields", known, unknown))
+    arch = architecture_of(config)
     opts = BuildOptions(**options)
     path = model_engine_path(name, opts, out_dir)
-    net = build_llama_network(config, weights, **opts.network_options())
+    net = arch.build_network(config, weights, **opts.network_options())
     metadata = {**net.metadata(), OPTIONS_KEY: opts.to_json()}
     if source is not None:
         metadata["recipe"] = {
-            "network": "llama",
+            "network": arch.name,
             "model": source,
             "weights_sha256": weights_digest(weights),
         }
-    return build_to_file(net.builder, net.network, net.profiles, path, metadata)
+    return build_to_file(net.builder, net.network, net.profiles, path, metadata, net.roles)
 
 
-def weights_digest(weights: LlamaWeights) -> str:
+def network_from_recipe(recipe: dict, metadata: dict) -> object:
+    """The network a model engine's sidecar recipe names, rebuilt from its source (a
+    ``load_model`` spec) with the recorded build options.
+
+    Raises:
+        ArgumentError: a recipe of no known architecture.
+        ConfigError: the source's weights (sha256) or config differ from the recorded ones.
+    """
+    from trt_kv.errors import ConfigError
+    from trt_kv.examples import load_model
+
+    arch = architecture_named(recipe.get("network"))
+    model = load_model(recipe["model"], progress=False)
+    digest = weights_digest(model.weights)
+    if digest != recipe["weights_sha256"]:
+        raise ConfigError(
+            mismatch(
+                f"weights of {recipe['model']!r}",
+                "sha256 (from the recipe)",
+                recipe["weights_sha256"],
+                digest,
+            )
+        )
+    if model.config.to_json() != metadata["config"]:
+        raise ConfigError(mismatch(f"config of {recipe['model']!r}", "", metadata["config"], ""))
+    options = BuildOptions(**metadata[OPTIONS_KEY]).network_options()
+    return arch.build_network(model.config, model.weights, **options)
+
+
+def weights_digest(weights: object) -> str:
     """sha256 over every weight array's dtype, shape and bytes, in a fixed order."""
     digest = hashlib.sha256()
-    arrays = [weights.embed, weights.final_norm, weights.lm_head]
-    arrays += [a for layer in weights.layers for a in vars(layer).values()]
-    for a in arrays:
+    for a in architecture_of(weights).weight_arrays(weights):
         if a is not None:
             a = np.ascontiguousarray(a)
             digest.update(f"{a.dtype.str}{a.shape}".encode())
             digest.update(a.reshape(-1).view(np.uint8))
     return digest.hexdigest()
+
+
+# The names before GPT-2 (Llama engines only), for code written against them.
+build_llama_engine, find_llama_engine = build_model_engine, find_model_engine

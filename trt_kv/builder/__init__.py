@@ -1,5 +1,7 @@
-"""Build steps: cache inputs and updates, whole-model caches, engine bytes."""
+"""Build steps: cache inputs and updates, whole-model caches, the decoder contract, engine
+bytes."""
 
+from trt_kv.builder.contract import DecoderNetwork, DecoderRoles, check_roles, decoder_roles
 from trt_kv.builder.engine import BuiltEngine, Profile, build_engine, create_network
 from trt_kv.builder.kv_cache import (
     CacheAlias,
@@ -16,6 +18,8 @@ __all__ = [
     "BuiltEngine",
     "CacheAlias",
     "CacheUpdate",
+    "DecoderNetwork",
+    "DecoderRoles",
     "ModelCaches",
     "Profile",
     "Routes",
@@ -25,7 +29,9 @@ __all__ = [
     "build_engine",
     "cache_aliases",
     "cache_names",
+    "check_roles",
     "create_network",
+    "decoder_roles",
     "resolve_routes",
     "validate_cache_update",
 ]

@@ -36,6 +36,24 @@ def cache_names(layer: int) -> tuple[str, str, str, str]:
     )
 
 
+def model_cache_aliases(
+    num_layers: int, num_kv_heads: int, max_seq_len: int, head_dim: int, dtype: str
+) -> list[CacheAlias]:
+    """The alias records of a model's caches ``[B, N_kv, S_max, H]`` (B dynamic), named as
+    :func:`cache_names`, in input order: what host storage for such a model is made from."""
+    shape = (-1, num_kv_heads, max_seq_len, head_dim)
+    out = []
+    for i in range(num_layers):
+        pk, pv, ok, ov = cache_names(i)
+        out += [CacheAlias(pk, ok, shape, dtype), CacheAlias(pv, ov, shape, dtype)]
+    return out
+
+
+def layer_caches(window: dict, num_layers: int) -> list[tuple[object, object]]:
+    """Per layer ``(K, V)`` of a storage window (input name -> ``[B, N_kv, S_max, H]``)."""
+    return [(window[k], window[v]) for k, v, *_ in map(cache_names, range(num_layers))]
+
+
 @dataclass
 class ModelCaches:
     """Cache inputs of every layer; :meth:`update` adds one layer's K and V updates."""

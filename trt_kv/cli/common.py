@@ -23,7 +23,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``; ``helps``
     replaces the help of some (by dest) for a subcommand that reads them its own way."""
     text = {
-        "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder or a .gguf file",
+        "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama family or "
+        "GPT-2) or a .gguf file",
         "dtype": f"weights and activations (default: {DEFAULT_DTYPE}; the reference backend "
         "computes in float32 only)",
         "max_seq_len": "S_max of every cache",
@@ -83,17 +84,17 @@ def model_engine(
 ) -> BuiltFile:
     """The model engine for these arguments: reused from ``args.out`` when one was built
     with the same config and every build option (except by ``trt-kv build``), else built."""
-    from trt_kv.jobs import build_llama_engine, find_llama_engine
-    from trt_kv.models.llama.rope_layers import check_table_memory
+    from trt_kv.jobs import build_model_engine, find_model_engine
+    from trt_kv.models.architectures import architecture_of
 
     options = build_options(args, batch)
-    check_table_memory(config, options.max_seq_len, "--max-seq-len")
+    architecture_of(config).check_max_seq_len(config, options.max_seq_len, "--max-seq-len")
     if args.command != "build":
-        found = find_llama_engine(name, config, options, args.out)
+        found = find_model_engine(name, config, options, args.out)
         if found is not None:
             return found
     source = args.model if args.model == "default" else str(Path(args.model).resolve())
-    return build_llama_engine(
+    return build_model_engine(
         name, config, weights, out_dir=args.out, source=source, **options.to_json()
     )
 

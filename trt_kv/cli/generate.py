@@ -20,6 +20,7 @@ from trt_kv.cli.checks import (
 from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
+    from trt_kv.builder.contract import DecoderRoles
     from trt_kv.examples import Model
     from trt_kv.runtime.generate import Generation
 
@@ -57,6 +58,7 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_generation_arguments(p)
+    p.set_defaults(model=None)  # None: not given ('default', except beside --engine)
     p.add_argument(
         "--prompt-file",
         type=Path,
@@ -164,14 +166,16 @@ def make_backend(
 ) -> object:
     """The backend ``args.backend`` for this model (building what it needs), with room for
     ``max(batch, --max-batch)`` sequences on every backend."""
+    from trt_kv.models.architectures import architecture_of
     from trt_kv.runtime.gpu.cuda import require_gpu
 
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
+    if args.backend in ("reference", "interpreter"):
+        arch = architecture_of(config)
+        arch.check_max_seq_len(config, args.max_seq_len, "--max-seq-len")
     if args.backend == "reference":
-        from trt_kv.runtime.reference_backend import ReferenceBackend
-
-        return ReferenceBackend(
+        return arch.reference_backend(
             config,
             weights,
             capacity=batch,
@@ -179,10 +183,9 @@ def make_backend(
             max_step_tokens=step_tokens,
         )
     if args.backend == "interpreter":
-        from trt_kv.models.llama import build_llama_network
         from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-        net = build_llama_network(
+        net = arch.build_network(
             config,
             weights,
             max_seq_len=args.max_seq_len,
@@ -209,9 +212,9 @@ def make_backend(
     return TrtBackend(path, cuda_graph=args.cuda_graph, runtime_cache=args.runtime_cache)
 
 
-def engine_sidecar(path: Path) -> dict:
-    """The sidecar metadata of ``--engine``, once it is a decoder engine trt_kv built:
-    judged from the files alone, before any model loads.
+def engine_sidecar(path: Path) -> DecoderRoles:
+    """The decoder roles of ``--engine``'s sidecar, once it is a decoder engine trt_kv
+    built: judged from the files alone, before any model loads.
 
     Raises:
         EngineFileError: naming ``--engine``: the engine or its sidecar missing, a malformed
@@ -230,12 +233,15 @@ def engine_sidecar(path: Path) -> dict:
 def check_engine_model(path: Path, name: str, config: object) -> None:
     """ArgumentError when ``--engine`` was built from another model config than ``--model``
     (its ids would be decoded with the wrong tokenizer and checked against the wrong
-    vocabulary); EngineFileError as :func:`engine_sidecar`."""
-    from trt_kv.models.llama import LlamaConfig
+    vocabulary); EngineFileError for a missing or malformed sidecar or a non-decoder engine."""
+    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
-    built = LlamaConfig.from_json(engine_sidecar(path)["config"])
-    if built != config:
-        differ = [k for k, v in vars(config).items() if getattr(built, k, None) != v]
+    meta = read_sidecar(check_engine_files(path))
+    check_decoder_engine(path, meta)
+    built, wanted = meta.metadata.get("config") or {}, config.to_json()
+    if built != wanted:
+        differ = sorted(k for k in {*built, *wanted} if built.get(k) != wanted.get(k))
         raise ArgumentError(
             mismatch(
                 "--engine",
@@ -370,10 +376,40 @@ def run(args: argparse.Namespace) -> int:
     return common.run_on_device(args, _run)
 
 
+def _engine_only(args: argparse.Namespace) -> int:
+    """``--engine FILE`` without ``--model``: ids in, ids out, every size from the sidecar's
+    decoder roles (``S_max``, the step width, the vocabulary); no tokenizer, no EOS."""
+    if args.prompt is not None or getattr(args, "prompt_file", None) is not None:
+        raise ArgumentError(
+            mismatch("--prompt", "--prompt-ids (text needs --model's tokenizer)", "", "text")
+        )
+    check_prompt_options(args)
+    roles = engine_sidecar(args.engine)  # checked by check_before_loading already
+    args.max_seq_len, args.max_step_tokens = roles.max_seq_len, roles.max_step_tokens
+    prompts = prompt_ids(_ids_text(args))
+    check_vocabulary(prompts, roles.vocab_size, "--prompt-ids")
+    check_fit(args, prompts, "--prompt-ids")
+    if args.backend == "polygraphy":
+        from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend as engine_backend
+    else:
+        from trt_kv.runtime.gpu.trt_backend import TrtBackend as engine_backend
+    options = {"cuda_graph": args.cuda_graph, "runtime_cache": args.runtime_cache}
+    options = {} if args.backend == "polygraphy" else options
+    backend = engine_backend(args.engine, capacity=max(len(prompts), 1), **options)
+    try:
+        generate_and_print(args, backend, prompts, None, ())
+    finally:
+        backend.close()
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
 
     check_before_loading(args)
+    if args.model is None and args.engine is not None:
+        return _engine_only(args)
+    args.model = args.model or "default"
     take_prompt_file(args)
     check_prompt_options(args)
     if args.prompt is None:  # ids: their lengths are known before loading

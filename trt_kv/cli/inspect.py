@@ -166,6 +166,7 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
         "routes": {"cache_update": meta.cache_update, **md.pop("routes", {})},
         "recipe": md,
         "tensors": tensors,
+        "roles": None if meta.roles is None else meta.roles.to_json(),
         "alias_pairs": [a.to_json() for a in meta.aliases],
         "write_indices": meta.write_indices,
         "profiles": [p.name for p in meta.profiles],
@@ -174,6 +175,25 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
         "layers_source": layers_source,
         "emulated_gpu": _emulated(),
     }
+
+
+def _role_lines(roles: dict | None) -> list[str]:
+    """What a session reads of the engine (its decoder roles), or why it cannot run one."""
+    if roles is None:
+        return ["roles        none: not a decoder engine (a session cannot run it)"]
+    named = ", ".join(f"{role}: {name}" for role, name in roles["inputs"].items())
+    lines = [
+        f"roles        {named}; logits: {roles['logits']}; {len(roles['caches'])} caches",
+        f"decoder      vocab {roles['vocab_size']}, S_max {roles['max_seq_len']}, "
+        f"B <= {roles['max_batch']}, S <= {roles['max_step_tokens']} per step"
+        + (", logits of every position" if roles["all_logits"] else ""),
+    ]
+    if roles["long_rope_after"] is not None:  # longrope past its original length
+        lines.append(
+            "rope         longrope: a sequence whose rope_lengths > "
+            f"{roles['long_rope_after']} reads the long table (prefilled again on crossing)"
+        )
+    return lines
 
 
 def _mib(n: int) -> str:
@@ -202,15 +222,14 @@ def format_report(r: dict) -> str:
             "hidden_size",
             "num_attention_heads",
             "num_key_value_heads",
+            "n_layer",
+            "n_embd",
+            "n_head",
+            "n_positions",
         )
         brief = " ".join(f"{k}={config[k]}" for k in keys if k in config)
         lines.append(f"model        {r['recipe'].get('model', '?')} {brief}")
-        rope = config.get("rope_scaling") or {}
-        if any(t["name"] == "rope_lengths" for t in r["tensors"]):  # longrope past its length
-            lines.append(
-                "rope         longrope: a sequence whose rope_lengths > "
-                f"{rope.get('original_max_position_embeddings')} reads the long table"
-            )
+    lines += _role_lines(r["roles"])
     mem = r["cache_memory"]
     if mem:
         lines.append(

@@ -9,7 +9,11 @@ the engine bytes, from one of two sources:
   added to its builder config, the moment the engine bytes exist;
 - **read through** ``trt_kv.engine_file.load_engine_file``: the sidecar's ``recipe``
   (written by :mod:`trt_kv.jobs`) rebuilds the network (the documentation example, or a
-  Llama model from its ``load_model`` source, whose weights must hash to the recorded sha256).
+  model of any architecture from its ``load_model`` source, whose weights must hash to the
+  recorded sha256: :func:`trt_kv.jobs.network_from_recipe`).
+
+Any other network that honours the decoder contract runs emulated when it is built in the
+process under ``emulated_gpu()`` (the first source): that is the hook for a user's network.
 
 Anything else is refused: ``deserialize_cuda_engine`` returns None and logs why.
 """
@@ -206,36 +210,20 @@ def _rebuild(meta: EngineMeta) -> EngineRecord:
 
 
 def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
-    """``(network, what keeps its weights alive)`` for a recipe."""
-    kind = recipe.get("network")
-    if kind == "kv_cache_doc_example":
+    """``(network, what keeps its weights alive)`` for a recipe: the documentation example,
+    or a model engine of any architecture (:func:`trt_kv.jobs.network_from_recipe`)."""
+    if recipe.get("network") == "kv_cache_doc_example":
         from trt_kv.examples import doc_example_network
 
         builder, network, _ = doc_example_network()
         return network, builder
-    if kind == "llama":
-        from trt_kv.examples import load_model
-        from trt_kv.jobs import OPTIONS_KEY, BuildOptions, weights_digest
-        from trt_kv.models.llama import build_llama_network
+    from trt_kv.jobs import network_from_recipe
 
-        model = load_model(recipe["model"], progress=False)
-        config, weights = model.config, model.weights
-        digest = weights_digest(weights)
-        if digest != recipe["weights_sha256"]:
-            raise EmulatorError(
-                mismatch(
-                    f"weights of {recipe['model']!r}",
-                    "sha256 (from the recipe)",
-                    recipe["weights_sha256"],
-                    digest,
-                )
-            )
-        if config.to_json() != md["config"]:
-            raise EmulatorError(mismatch(f"config of {recipe['model']!r}", "", md["config"], ""))
-        options = BuildOptions(**md[OPTIONS_KEY]).network_options()
-        net = build_llama_network(config, weights, **options)
-        return net.network, net
-    raise EmulatorError(mismatch("recipe network", "'kv_cache_doc_example' or 'llama'", "", kind))
+    try:
+        net = network_from_recipe(recipe, md)
+    except TrtKvError as err:
+        raise EmulatorError(f"recipe {recipe.get('network')!r}: {err}") from err
+    return net.network, net
 
 
 # -- hooks: installed by the emulator, removed when it is uninstalled ------------------------

@@ -10,20 +10,10 @@ from typing import Protocol
 
 import numpy as np
 
+from trt_kv.builder.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, ClosedError, mismatch
-from trt_kv.models.llama.config import LlamaConfig
-from trt_kv.models.llama.network import (
-    INPUT_IDS,
-    KV_LENGTHS,
-    LAST_TOKEN_ROWS,
-    POSITION_IDS,
-    ROPE_LENGTHS,
-)
-from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.storage import CacheStorage
-
-WRITE_INDICES, UPDATE_LENGTHS = "write_indices", "update_lengths"
 
 
 class Backend(Protocol):
@@ -36,8 +26,8 @@ class Backend(Protocol):
     storage: CacheStorage
     max_step_tokens: int  # most new tokens per sequence in one step (S bound)
     vocab_size: int
-    # longrope's original_max_position_embeddings when S_max can pass it (generate prefills a
-    # sequence again when it crosses it), else None: see trt_kv.models.llama.rope. Optional.
+    # the length past which generate prefills a sequence again (longrope's
+    # original_max_position_embeddings when S_max can pass it), else None. Optional.
     long_rope_after: int | None
 
     def run(self, plan: StepPlan) -> np.ndarray:
@@ -68,26 +58,18 @@ def check_open(backend: str, closed: bool) -> None:
         raise ClosedError(mismatch(backend, "an open backend", "", "closed"))
 
 
-def step_feed(plan: StepPlan, input_names: set[str] | frozenset[str]) -> dict[str, np.ndarray]:
-    """The non-cache inputs of a step, restricted to those the network declares."""
-    feed = {
-        INPUT_IDS: plan.input_ids,
-        POSITION_IDS: plan.position_ids,
-        WRITE_INDICES: plan.write_indices,
-        KV_LENGTHS: plan.kv_lengths,
-        LAST_TOKEN_ROWS: plan.last_token_rows,
-        ROPE_LENGTHS: plan.rope_lengths,
-    }
-    if UPDATE_LENGTHS in input_names:
-        feed[UPDATE_LENGTHS] = plan.update_lengths
-    return {k: v for k, v in feed.items() if k in input_names}
+def step_feed(plan: StepPlan, roles: DecoderRoles) -> dict[str, np.ndarray]:
+    """The non-cache inputs of a step: each input of ``roles`` (the network's decoder
+    contract, :mod:`trt_kv.builder.contract`) with the :class:`StepPlan` array of its role."""
+    return {name: getattr(plan, attr) for name, attr in roles.feed_names().items()}
 
 
-def long_rope_after_of(metadata: dict) -> int | None:
-    """:func:`~trt_kv.models.llama.rope.long_rope_after` of an engine, from its sidecar
-    metadata (``config``, ``max_seq_len``)."""
-    config = LlamaConfig.from_json(metadata["config"])
-    return long_rope_after(config, metadata["max_seq_len"])
+def take_roles(backend: object, roles: DecoderRoles) -> None:
+    """Set what a session reads of a backend from its network's ``roles``: ``roles``,
+    ``max_step_tokens``, ``vocab_size``, ``long_rope_after``."""
+    backend.roles = roles
+    backend.max_step_tokens, backend.vocab_size = roles.max_step_tokens, roles.vocab_size
+    backend.long_rope_after = roles.long_rope_after
 
 
 def last_token_logits(logits: np.ndarray, plan: StepPlan) -> np.ndarray:

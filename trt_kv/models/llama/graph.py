@@ -80,3 +80,20 @@ class Graph:
     def linear(self, x: object, w: object) -> object:
         """``x [.., In] @ w[Out, In]^T -> [.., Out]``; ``w`` a constant of matching rank."""
         return self.matmul(x, w, transpose_b=True)
+
+    def logits(self, x: object, head: object, all_logits: bool) -> object:
+        """The decoder-contract logits output from the final hidden states ``x [B, S, D]``
+        and the head constant ``[V, D]``: ``[B, S, V]`` with ``all_logits``, else ``[B, V]``
+        of each sequence's last token (adding the ``last_token_rows [B]`` input that picks
+        it from the flattened ``[B * S]`` rows); float32, named ``logits``, marked."""
+        vocab, width = tuple(head.shape)
+        if all_logits:
+            logits = self.linear(x, self.shuffle(head, (1, vocab, width)))  # [B, S, V]
+        else:
+            rows = self.network.add_input("last_token_rows", trt.int32, (-1,))
+            flat = self.shuffle(x, (-1, width))  # [B * S, D]
+            logits = self.linear(self.gather(flat, rows, 0), head)  # [B, D] -> [B, V]
+        logits = self.cast(logits, "float32")
+        logits.name = "logits"
+        self.network.mark_output(logits)
+        return logits

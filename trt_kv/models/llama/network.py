@@ -35,11 +35,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_kv import _trt
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
-from trt_kv.builder.model_caches import ModelCaches, cache_names
+from trt_kv.builder.contract import (
+    DecoderRoles,
+    decoder_profiles,
+    decoder_roles,
+    name_dimensions,
+)
+from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
@@ -53,9 +58,8 @@ from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
-KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
+KV_LENGTHS, LOGITS = "key_value_lengths", "logits"
 ROPE_LENGTHS = "rope_lengths"
-DECODE, PREFILL = "decode", "prefill"
 
 
 def _weight(g: Graph, w: np.ndarray) -> object:
@@ -130,6 +134,7 @@ class LlamaNetwork:
     all_logits: bool
     routes: Routes  # resolved: no "auto" left
     keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
+    roles: DecoderRoles  # the decoder contract (trt_kv.builder.contract): what a runtime reads
 
     def metadata(self) -> dict:
         """What the sidecar records so a runtime can drive the engine."""
@@ -143,6 +148,27 @@ class LlamaNetwork:
             "all_logits": self.all_logits,
             "routes": self.routes.to_json(),
         }
+
+
+def check_step_sizes(max_seq_len: int, max_batch: int, max_step_tokens: int | None) -> int:
+    """``max_step_tokens`` (None: :func:`trt_kv.build_defaults.default_step_tokens`) once
+    the sizes of a decoder network are checked.
+
+    Raises:
+        ArgumentError: a size not an integer >= 1; ``max_seq_len`` past 2^31 - 1 (int32
+            write indices and lengths).
+        ShapeError: ``max_step_tokens > max_seq_len``.
+    """
+    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)
+    check_int("max_batch", max_batch, 1)
+    if max_step_tokens is None:
+        max_step_tokens = defaults.default_step_tokens(max_seq_len)
+    check_int("max_step_tokens", max_step_tokens, 1)
+    if max_step_tokens > max_seq_len:
+        raise ShapeError(
+            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
+        )
+    return max_step_tokens
 
 
 def build_llama_network(
@@ -179,16 +205,8 @@ def build_llama_network(
     """
     if not isinstance(config, LlamaConfig):
         raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
-    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)  # int32 write indices and lengths
-    check_int("max_batch", max_batch, 1)
+    max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
     check_table_memory(config, max_seq_len)
-    if max_step_tokens is None:
-        max_step_tokens = defaults.default_step_tokens(max_seq_len)
-    check_int("max_step_tokens", max_step_tokens, 1)
-    if max_step_tokens > max_seq_len:
-        raise ShapeError(
-            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
-        )
     if routes is not None and not isinstance(routes, Routes):
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
     check_weights(weights, config)
@@ -227,22 +245,9 @@ def build_llama_network(
     for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
         x = _block(g, cfg, i, lw, x, shared)
     x = _norm(g, cfg, x, weights.final_norm)
-    head = embed if weights.lm_head is None else g.const(weights.lm_head)
-    if all_logits:
-        logits = g.linear(x, g.shuffle(head, (1, cfg.vocab_size, cfg.hidden_size)))  # [B, S, V]
-    else:
-        rows = network.add_input(LAST_TOKEN_ROWS, trt.int32, (-1,))
-        flat = g.shuffle(x, (-1, cfg.hidden_size))  # [B * S, D]
-        logits = g.linear(g.gather(flat, rows, 0), head)  # [B, D] -> [B, V]
-    logits = g.cast(logits, "float32")
-    logits.name = LOGITS
-    network.mark_output(logits)
-    names = {network.get_input(i).name for i in range(network.num_inputs)}
-    _name_dimensions(network)
-    profiles = [
-        _profile(DECODE, names, cfg, max_seq_len, max_batch, 1, 1),
-        _profile(PREFILL, names, cfg, max_seq_len, max_batch, max_step_tokens, max_step_tokens),
-    ]
+    g.logits(x, embed if weights.lm_head is None else g.const(weights.lm_head), all_logits)
+    name_dimensions(network)
+    profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
     return LlamaNetwork(
         builder,
         network,
@@ -255,34 +260,5 @@ def build_llama_network(
         all_logits,
         chosen,
         g.keep,
+        decoder_roles(network, profiles, long_rope_after=long_rope_after(cfg, max_seq_len)),
     )
-
-
-def _name_dimensions(network: object) -> None:
-    """Name axis 0 of every input ``B`` (all are per sequence: a step binds B cache slots to
-    B sequences) and axis 1 of the token inputs ``S``; skipped on a TensorRT without
-    dimension names."""
-    if not _trt.FEATURES.dimension_names:
-        return
-    for i in range(network.num_inputs):
-        tensor = network.get_input(i)
-        tensor.set_dimension_name(0, "B")
-        if tensor.name in (INPUT_IDS, POSITION_IDS):
-            tensor.set_dimension_name(1, "S")
-
-
-def _profile(
-    name: str, inputs: set[str], cfg: LlamaConfig, s_max: int, b: int, s_opt: int, s: int
-) -> Profile:
-    """B in [1, b] (optimized for b), S in [1, s] (optimized for ``s_opt``)."""
-    tokens = ((1, 1), (b, s_opt), (b, s))
-    per_seq = ((1,), (b,), (b,))
-    shapes = {INPUT_IDS: tokens, POSITION_IDS: tokens}
-    for per_sequence_input in ("write_indices", KV_LENGTHS, LAST_TOKEN_ROWS, ROPE_LENGTHS):
-        if per_sequence_input in inputs:
-            shapes[per_sequence_input] = per_seq
-    cache = lambda n: ((n, cfg.num_key_value_heads, s_max, cfg.head_dim),)  # noqa: E731
-    for i in range(cfg.num_hidden_layers):
-        for cache_input in cache_names(i)[:2]:
-            shapes[cache_input] = cache(1) + cache(b) + cache(b)
-    return Profile(name, shapes)

@@ -7,34 +7,31 @@ from pathlib import Path
 
 from trt_kv import engine_file
 from trt_kv._trt import logger, trt
+from trt_kv.builder.contract import DecoderRoles, check_roles
 from trt_kv.engine_file import EngineMeta, check_engine_aliases
-from trt_kv.errors import EngineFileError, check_int, mismatch
-from trt_kv.runtime.backend import long_rope_after_of
+from trt_kv.errors import EngineFileError, TrtKvError, check_int, mismatch
 from trt_kv.runtime.gpu.cuda import require_gpu
 
-DECODER_KEYS = ("config", "max_seq_len", "max_batch", "max_step_tokens")
 
-
-def check_decoder_engine(path: str | Path, meta: EngineMeta) -> dict:
-    """The sidecar metadata of a trt_kv decoder engine (what a session backend reads: the
-    model config, ``max_seq_len``, ``max_batch``, ``max_step_tokens``).
+def check_decoder_engine(path: str | Path, meta: EngineMeta) -> DecoderRoles:
+    """The decoder roles of an engine's sidecar (:mod:`trt_kv.builder.contract`: what a
+    session backend reads), checked against the sidecar's inputs and outputs.
 
     Raises:
-        EngineFileError: naming the file and the missing keys (the KV-cache doc example, an
-            engine written by other code).
+        EngineFileError: naming the file: no roles (the KV-cache doc example, an engine
+            written by other code or by a trt_kv before the contract: rebuild it), or roles
+            that do not fit the engine's I/O (the contract's error is the cause).
     """
-    md = meta.metadata
-    missing = [k for k in DECODER_KEYS if k not in md]
-    if missing or not isinstance(md["config"], dict):
+    if meta.roles is None:
         raise EngineFileError(
-            mismatch(
-                str(path),
-                "a trt_kv decoder engine (sidecar metadata with",
-                f"{', '.join(DECODER_KEYS)})",
-                f"missing {missing}" if missing else "a config that is not an object",
-            )
+            mismatch(str(path), "a decoder engine (sidecar with", "roles)", "no roles")
         )
-    return md
+    specs = lambda ts: {t.name: (t.shape, t.dtype) for t in ts}  # noqa: E731
+    try:
+        check_roles(meta.roles, specs(meta.inputs), specs(meta.outputs))
+    except TrtKvError as err:
+        raise EngineFileError(f"{path}: decoder roles: {err}") from err
+    return meta.roles
 
 
 def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
@@ -62,16 +59,12 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
 
 @dataclass(frozen=True)
 class DecoderEngine:
-    """A trt_kv decoder engine loaded for a GPU backend, and what every backend reads of its
-    sidecar."""
+    """A decoder engine loaded for a GPU backend, with its sidecar and decoder roles."""
 
     engine: object  # ICudaEngine
     meta: EngineMeta
+    roles: DecoderRoles
     capacity: int  # sequences the backend's caches hold
-    max_step_tokens: int
-    vocab_size: int
-    long_rope_after: int | None
-    all_logits: bool
 
 
 def open_decoder_engine(path: str | Path, capacity: int | None) -> DecoderEngine:
@@ -85,13 +78,5 @@ def open_decoder_engine(path: str | Path, capacity: int | None) -> DecoderEngine
     if capacity is not None:  # 0 is not "the engine's max_batch"
         check_int("capacity", capacity, 1)
     engine, _, meta = load_cuda_engine(path)
-    md = check_decoder_engine(path, meta)
-    return DecoderEngine(
-        engine,
-        meta,
-        capacity or md["max_batch"],
-        md["max_step_tokens"],
-        md["config"]["vocab_size"],
-        long_rope_after_of(md),
-        bool(md.get("all_logits")),
-    )
+    roles = check_decoder_engine(path, meta)
+    return DecoderEngine(engine, meta, roles, capacity or roles.max_batch)

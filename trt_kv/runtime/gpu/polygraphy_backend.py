@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv import dtypes
-from trt_kv.models.llama.network import LOGITS
-from trt_kv.runtime.backend import check_open, last_token_logits, step_feed
+from trt_kv.runtime.backend import check_open, last_token_logits, step_feed, take_roles
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
@@ -62,10 +61,9 @@ class PolygraphyBackend:
         from polygraphy.datatype import DataType
 
         loaded = open_decoder_engine(engine_path, capacity)
-        self.meta, self.max_step_tokens = loaded.meta, loaded.max_step_tokens
-        self.vocab_size, self.long_rope_after = loaded.vocab_size, loaded.long_rope_after
+        self.meta = loaded.meta
+        take_roles(self, loaded.roles)
         self.storage = DeviceCaches(self.meta.aliases, loaded.capacity)
-        self.inputs = frozenset(t.name for t in self.meta.inputs)
         self.view_dtypes = {
             a.input: DataType.from_dtype(dtypes.to_trt(a.dtype), "tensorrt")
             for a in self.meta.aliases
@@ -78,7 +76,7 @@ class PolygraphyBackend:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("PolygraphyBackend", self.closed)
-        steps = step_feed(plan, self.inputs)
+        steps = step_feed(plan, self.roles)
         views = self.cache_views(plan.lo, len(plan.counts))
         feed: dict[str, object] = {**steps, **views}
         shapes = {name: host.shape for name, host in steps.items()}
@@ -87,7 +85,7 @@ class PolygraphyBackend:
         if profile != self.runner.context.active_optimization_profile:
             self.runner.set_profile(profile)
         outputs = self.runner.infer(feed, copy_outputs_to_host=False)
-        return last_token_logits(outputs[LOGITS].numpy(), plan)
+        return last_token_logits(outputs[self.roles.logits].numpy(), plan)
 
     def cache_views(self, lo: int, b: int) -> dict[str, object]:
         """The device views ``[b, N, S_max, H]`` of every cache's window at slot ``lo``, made

@@ -40,8 +40,7 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, EngineRunError, mismatch
-from trt_kv.models.llama.network import LOGITS
-from trt_kv.runtime.backend import check_open, last_token_logits, step_feed
+from trt_kv.runtime.backend import check_open, last_token_logits, step_feed, take_roles
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.gpu.device import DeviceCaches
@@ -94,9 +93,8 @@ class TrtBackend:
         self.closed = False
         self._cuda = _rt()  # the CUDA runtime module these handles belong to, for close()
         loaded = open_decoder_engine(engine_path, capacity)
-        self.engine, self.meta = loaded.engine, loaded.meta
-        self.max_step_tokens, self.vocab_size = loaded.max_step_tokens, loaded.vocab_size
-        self.long_rope_after, capacity = loaded.long_rope_after, loaded.capacity
+        self.engine, self.meta, capacity = loaded.engine, loaded.meta, loaded.capacity
+        take_roles(self, loaded.roles)
         self.runtime_config = None  # outlives the context that uses it
         self.runtime_cache: RuntimeCacheFile | None = None
         if self.graph_mode == "runtime" or cache_path is not None:
@@ -115,10 +113,9 @@ class TrtBackend:
         self._logits_shape: tuple[int, ...] = ()
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.stream = create_stream()
-        self.inputs = frozenset(t.name for t in self.meta.inputs)
         most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
-        self.staging = StepInputs(self.inputs - {a.input for a in self.meta.aliases}, most)
-        rows = capacity * (self.max_step_tokens if loaded.all_logits else 1)
+        self.staging = StepInputs(frozenset(self.roles.feed_names()), most)
+        rows = capacity * (self.max_step_tokens if self.roles.all_logits else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4)
 
     def memory(self) -> dict[str, int]:
@@ -134,12 +131,12 @@ class TrtBackend:
     def _bind(self, plan: StepPlan) -> tuple:
         """Upload ``plan``'s inputs, binding first where the binding state changed; returns
         the state ``(profile, lo, B, S)``."""
-        feed = step_feed(plan, self.inputs)
+        feed = step_feed(plan, self.roles)
         key = (plan.lo, *plan.input_ids.shape)
         if key != self._bound or self.rebind_every_step:
             self._bound = None  # until every call below succeeded
             self._state = self._bind_all(plan, feed)
-            self._logits_shape = tuple(self.context.get_tensor_shape(LOGITS))
+            self._logits_shape = tuple(self.context.get_tensor_shape(self.roles.logits))
             self._bound = key
         self.staging.upload(feed, self.stream)
         return self._state
@@ -162,8 +159,8 @@ class TrtBackend:
             for name in (alias.input, alias.output):
                 ok = ctx.set_tensor_address(name, address)
                 self._call(ok, "set_tensor_address", name, hex(address))
-        ok = ctx.set_tensor_address(LOGITS, self.logits.address())
-        self._call(ok, "set_tensor_address", LOGITS, hex(self.logits.address()))
+        ok = ctx.set_tensor_address(self.roles.logits, self.logits.address())
+        self._call(ok, "set_tensor_address", self.roles.logits, hex(self.logits.address()))
         return (profile, plan.lo, b, plan.input_ids.shape[1])
 
     def _execute(self) -> None:

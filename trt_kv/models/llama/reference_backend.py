@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv.builder.kv_cache import CacheAlias
-from trt_kv.builder.model_caches import cache_names
+from trt_kv.builder.model_caches import layer_caches, model_cache_aliases
 from trt_kv.errors import check_int
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.rope import long_rope_after
@@ -18,12 +18,9 @@ from trt_kv.runtime.storage import HostCaches
 
 def llama_cache_aliases(config: LlamaConfig, max_seq_len: int, dtype: str) -> list[CacheAlias]:
     """The alias records a Llama network of this shape has, in input order."""
-    shape = (-1, config.num_key_value_heads, max_seq_len, config.head_dim)
-    out = []
-    for i in range(config.num_hidden_layers):
-        pk, pv, ok, ov = cache_names(i)
-        out += [CacheAlias(pk, ok, shape, dtype), CacheAlias(pv, ov, shape, dtype)]
-    return out
+    return model_cache_aliases(
+        config.num_hidden_layers, config.num_key_value_heads, max_seq_len, config.head_dim, dtype
+    )
 
 
 class ReferenceBackend:
@@ -57,10 +54,7 @@ class ReferenceBackend:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         window = self.storage.window(plan.lo, len(plan.counts))
-        caches = [
-            (window[k], window[v])
-            for k, v, *_ in map(cache_names, range(self.config.num_hidden_layers))
-        ]
+        caches = layer_caches(window, self.config.num_hidden_layers)
         logits = forward(
             self.config,
             self.weights,

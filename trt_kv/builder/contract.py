@@ -1,0 +1,316 @@
+"""The decoder contract: the roles of a network's I/O, which is all the runtime knows of it.
+
+A network any trt_kv backend can drive declares, by tensor name, which input carries each
+per-step tensor the runtime computes (:class:`~trt_kv.runtime.cache_state.StepPlan`), which
+output holds the logits, and which (input, aliased output) pairs are its caches. Every role is
+fed in one dtype, with the batch B on axis 0:
+
+==================  =========================  ==========  =================================
+role                default input name         dtype       shape
+==================  =========================  ==========  =================================
+token_ids           ``input_ids``              int32       ``[B, S]`` (right-padded with 0)
+positions           ``position_ids``           int64       ``[B, S]`` (cache row of a token)
+write_indices       ``write_indices``          int32       ``[B]`` (first row written)
+kv_lengths *        ``key_value_lengths``      int32       ``[B]`` (valid keys after a step)
+last_token_rows *   ``last_token_rows``        int32       ``[B]`` (b * S + count_b - 1)
+rope_lengths *      ``rope_lengths``           int32       ``[B]`` (length after the request)
+update_lengths *    ``update_lengths``         int32       ``[B + 1]`` (packed updates)
+logits (output)     ``logits``                 float32     ``[B, V]`` or ``[B, S, V]``
+==================  =========================  ==========  =================================
+
+(* optional: fed when the network has the input.) Caches are ``[B, N, S_max, H]`` (layout
+``"BNSH"``) inputs with an aliased output, found from the cache-update layers. A network whose
+RoPE switches tables at a length (Phi-3's longrope) also declares ``long_rope_after``: the
+runtime prefills a sequence again when it crosses that length, and the network must then have
+``rope_lengths``. Every other input is an error: the runtime could not feed it.
+
+:func:`decoder_roles` builds and checks the role map of a network; ``trt_kv.engine_file``
+writes it into the sidecar (``"roles"``) and the GPU backends check it against the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from trt_kv import _trt, dtypes
+from trt_kv.builder.engine import Profile
+from trt_kv.builder.kv_cache import cache_aliases
+from trt_kv.errors import ArgumentError, DTypeError, NetworkError, ShapeError, check_int, mismatch
+
+LAYOUT = "BNSH"  # every cache: [B, N, S_max, H]
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """How the runtime feeds one input role: the :class:`StepPlan` attribute, dtype, rank."""
+
+    plan_attr: str
+    default_name: str
+    dtype: str
+    rank: int
+    required: bool
+
+
+INPUT_ROLES = {
+    "token_ids": RoleSpec("input_ids", "input_ids", "int32", 2, True),
+    "positions": RoleSpec("position_ids", "position_ids", "int64", 2, True),
+    "write_indices": RoleSpec("write_indices", "write_indices", "int32", 1, True),
+    "kv_lengths": RoleSpec("kv_lengths", "key_value_lengths", "int32", 1, False),
+    "last_token_rows": RoleSpec("last_token_rows", "last_token_rows", "int32", 1, False),
+    "rope_lengths": RoleSpec("rope_lengths", "rope_lengths", "int32", 1, False),
+    "update_lengths": RoleSpec("update_lengths", "update_lengths", "int32", 1, False),
+}
+LOGITS_ROLE = "logits"
+
+Spec = tuple[tuple[int, ...], str]  # (declared shape, dtype name)
+
+
+@dataclass(frozen=True)
+class CacheRole:
+    """One cache: its input, the output aliasing it, and its layout (``"BNSH"``)."""
+
+    input: str
+    output: str
+    layout: str = LAYOUT
+
+
+@dataclass(frozen=True)
+class DecoderRoles:
+    """The role map of a decoder network, and the sizes the runtime reads from it.
+
+    ``inputs`` maps each role the network has to its input name; ``max_batch`` and
+    ``max_step_tokens`` are the largest B and S of ``token_ids`` over the profiles."""
+
+    inputs: dict[str, str]
+    logits: str
+    caches: tuple[CacheRole, ...]
+    vocab_size: int
+    max_seq_len: int
+    max_batch: int
+    max_step_tokens: int
+    all_logits: bool  # logits [B, S, V] rather than [B, V]
+    long_rope_after: int | None = None
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "caches": [asdict(c) for c in self.caches]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> DecoderRoles:
+        """Raises ArgumentError for a record that is not a role map (a missing key, say)."""
+        try:
+            caches = tuple(CacheRole(**c) for c in d["caches"])
+            return cls(**{**d, "inputs": dict(d["inputs"]), "caches": caches})
+        except (KeyError, TypeError, ValueError) as err:
+            raise ArgumentError(mismatch("roles", "a decoder role map", "", repr(err))) from err
+
+    def feed_names(self) -> dict[str, str]:
+        """Input name -> the :class:`StepPlan` attribute fed to it (caches excluded)."""
+        return {name: INPUT_ROLES[role].plan_attr for role, name in self.inputs.items()}
+
+
+def _network_specs(network: object) -> tuple[dict[str, Spec], dict[str, Spec]]:
+    def spec(t: object) -> Spec:
+        return tuple(t.shape), dtypes.name_of(t.dtype)
+
+    ins = {t.name: spec(t) for t in map(network.get_input, range(network.num_inputs))}
+    outs = {t.name: spec(t) for t in map(network.get_output, range(network.num_outputs))}
+    return ins, outs
+
+
+def _check_tensor(role: str, name: str, spec: Spec | None, dtype: str, ranks: tuple) -> None:
+    if spec is None:
+        raise NetworkError(mismatch(f"role {role}", "a network tensor named", name, "none"))
+    shape, actual = spec
+    if actual != dtype:
+        raise DTypeError(mismatch(f"{name} (role {role})", "dtype", dtype, actual))
+    if len(shape) not in ranks:
+        raise ShapeError(
+            mismatch(f"{name} (role {role})", "rank", " or ".join(map(str, ranks)), len(shape))
+        )
+
+
+def check_roles(
+    roles: DecoderRoles, inputs: Mapping[str, Spec], outputs: Mapping[str, Spec]
+) -> None:
+    """Check ``roles`` against a network's (or an engine sidecar's) declared I/O.
+
+    Raises:
+        NetworkError: a role naming no tensor, a required role missing, an input that has no
+            role (the runtime could not feed it), a cache pair that is not one.
+        DTypeError, ShapeError: a role's tensor of another dtype or rank than the contract's
+            (or logits whose V differs from ``vocab_size``).
+    """
+    for role, spec in INPUT_ROLES.items():
+        if spec.required and role not in roles.inputs:
+            raise NetworkError(mismatch("decoder roles", "the required role", role, "missing"))
+    unknown = sorted(set(roles.inputs) - set(INPUT_ROLES))
+    if unknown:
+        raise NetworkError(mismatch("decoder roles", "roles among", list(INPUT_ROLES), unknown))
+    for role, name in roles.inputs.items():
+        spec = INPUT_ROLES[role]
+        _check_tensor(role, name, inputs.get(name), spec.dtype, (spec.rank,))
+    _check_tensor(LOGITS_ROLE, roles.logits, outputs.get(roles.logits), "float32", (2, 3))
+    shape = outputs[roles.logits][0]
+    if shape[-1] != roles.vocab_size or (len(shape) == 3) != roles.all_logits:
+        want = f"[B, {'S, ' if roles.all_logits else ''}{roles.vocab_size}]"
+        raise ShapeError(mismatch(f"{roles.logits} (role logits)", "shape", want, list(shape)))
+    for cache in roles.caches:
+        for name, found in ((cache.input, inputs), (cache.output, outputs)):
+            if name not in found:
+                raise NetworkError(mismatch(f"cache {cache.input}", "a tensor named", name, "none"))
+        if cache.layout != LAYOUT or len(inputs[cache.input][0]) != 4:
+            raise ShapeError(mismatch(f"cache {cache.input}", "layout", LAYOUT, cache.layout))
+    if roles.long_rope_after is not None and "rope_lengths" not in roles.inputs:
+        raise NetworkError(
+            mismatch("decoder roles", "with long_rope_after, the role", "rope_lengths", "missing")
+        )
+    fed = set(roles.inputs.values()) | {c.input for c in roles.caches}
+    unfed = sorted(set(inputs) - fed)
+    if unfed:
+        raise NetworkError(
+            mismatch("network inputs", "each with a decoder role", "", f"{unfed} without one")
+        )
+
+
+def _most(profiles: Sequence[Profile], name: str, declared: tuple[int, ...], axis: int) -> int:
+    """The largest size of ``name`` on ``axis`` over the profiles (or its static size)."""
+    sizes = [p.shapes[name][2][axis] for p in profiles if name in p.shapes]
+    if not sizes and declared[axis] == -1:
+        raise ShapeError(mismatch(name, f"a profile range for axis {axis}", "", "none"))
+    return max(sizes) if sizes else declared[axis]
+
+
+def decoder_roles(
+    network: object,
+    profiles: Sequence[Profile],
+    *,
+    names: Mapping[str, str] | None = None,
+    long_rope_after: int | None = None,
+) -> DecoderRoles:
+    """The checked role map of ``network`` (every input and output already added).
+
+    Args:
+        profiles: the optimization profiles it is built with (B and S bounds come from
+            ``token_ids``'s ranges).
+        names: role -> tensor name where it is not the default (:data:`INPUT_ROLES`,
+            ``"logits"``); an optional role is taken when the network has its input.
+        long_rope_after: the length past which a sequence must be prefilled again (longrope's
+            ``original_max_position_embeddings`` when S_max passes it), else None.
+
+    Raises:
+        ArgumentError: ``names`` naming an unknown role, ``long_rope_after`` not an int >= 1.
+        NetworkError, DTypeError, ShapeError: as :func:`check_roles`; caches of different
+            S_max; no cache at all.
+    """
+    names = dict(names or {})
+    unknown = sorted(set(names) - {*INPUT_ROLES, LOGITS_ROLE})
+    if unknown:
+        raise ArgumentError(mismatch("names", "roles among", [*INPUT_ROLES, LOGITS_ROLE], unknown))
+    if long_rope_after is not None:
+        check_int("long_rope_after", long_rope_after, 1)
+    inputs, outputs = _network_specs(network)
+    chosen = {}
+    for role, spec in INPUT_ROLES.items():
+        name = names.get(role, spec.default_name)
+        if spec.required or role in names or name in inputs:
+            chosen[role] = name
+    aliases = cache_aliases(network)
+    if not aliases:
+        raise NetworkError(mismatch("network", "at least one cache update", "", "none"))
+    s_max = {a.shape[2] for a in aliases}
+    if len(s_max) != 1:
+        raise ShapeError(mismatch("caches", "one S_max (axis 2)", "", sorted(s_max)))
+    logits = names.get(LOGITS_ROLE, LOGITS_ROLE)
+    _check_tensor(LOGITS_ROLE, logits, outputs.get(logits), "float32", (2, 3))
+    _check_tensor("token_ids", chosen["token_ids"], inputs.get(chosen["token_ids"]), "int32", (2,))
+    tokens, vocab = inputs[chosen["token_ids"]][0], outputs[logits][0][-1]
+    if vocab < 1:
+        raise ShapeError(mismatch(f"{logits} (role logits)", "a static V (last axis)", "", vocab))
+    roles = DecoderRoles(
+        inputs=chosen,
+        logits=logits,
+        caches=tuple(CacheRole(a.input, a.output) for a in aliases),
+        vocab_size=vocab,
+        max_seq_len=s_max.pop(),
+        max_batch=_most(profiles, chosen["token_ids"], tokens, 0),
+        max_step_tokens=_most(profiles, chosen["token_ids"], tokens, 1),
+        all_logits=len(outputs[logits][0]) == 3,
+        long_rope_after=long_rope_after,
+    )
+    check_roles(roles, inputs, outputs)
+    return roles
+
+
+def _role_of_inputs(network: object, names: Mapping[str, str]) -> dict[str, tuple[str, tuple]]:
+    """Input name -> (role, declared shape) of every input of ``network`` (role ``"cache"``
+    for a cache input, ``""`` for an input with no role)."""
+    by_name = {names.get(r, spec.default_name): r for r, spec in INPUT_ROLES.items()}
+    caches = {a.input for a in cache_aliases(network)}
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    return {
+        t.name: ("cache" if t.name in caches else by_name.get(t.name, ""), tuple(t.shape))
+        for t in inputs
+    }
+
+
+def decoder_profiles(
+    network: object,
+    *,
+    max_batch: int,
+    max_step_tokens: int,
+    names: Mapping[str, str] | None = None,
+) -> list[Profile]:
+    """The two optimization profiles of a decoder: ``decode`` (S = 1) and ``prefill``
+    (S = 1..``max_step_tokens``), B in [1, ``max_batch``] (optimized for ``max_batch``):
+    ``[B, S]`` for ``token_ids`` / ``positions``, ``[B]`` for the other per-sequence roles
+    (``[B + 1]`` for ``update_lengths``), ``[B, N, S_max, H]`` for each cache.
+
+    Raises:
+        ArgumentError: ``max_batch`` or ``max_step_tokens`` not an integer >= 1.
+    """
+    check_int("max_batch", max_batch, 1)
+    check_int("max_step_tokens", max_step_tokens, 1)
+    b, roles = max_batch, _role_of_inputs(network, dict(names or {}))
+    profiles = []
+    for name, s in (("decode", 1), ("prefill", max_step_tokens)):
+        shapes = {}
+        for tensor, (role, shape) in roles.items():
+            if role in ("token_ids", "positions"):
+                shapes[tensor] = ((1, 1), (b, s), (b, s))
+            elif role == "cache":
+                shapes[tensor] = tuple((n, *shape[1:]) for n in (1, b, b))
+            elif role == "update_lengths":
+                shapes[tensor] = ((2,), (b + 1,), (b + 1,))
+            else:
+                shapes[tensor] = ((1,), (b,), (b,))
+        profiles.append(Profile(name, shapes))
+    return profiles
+
+
+def name_dimensions(network: object, names: Mapping[str, str] | None = None) -> None:
+    """Name axis 0 of every input ``B`` and axis 1 of the token roles ``S``
+    (``ITensor.set_dimension_name``: dimensions named alike are equal at run time, so the
+    builder compiles the kernels that read every layer's caches once); nothing on a TensorRT
+    without dimension names."""
+    if not _trt.FEATURES.dimension_names:
+        return
+    roles = _role_of_inputs(network, dict(names or {}))
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        tensor.set_dimension_name(0, "B")
+        if roles[tensor.name][0] in ("token_ids", "positions"):
+            tensor.set_dimension_name(1, "S")
+
+
+@dataclass
+class DecoderNetwork:
+    """A network that honours the contract, ready to build or interpret: what
+    :class:`~trt_kv.runtime.interpreter_backend.InterpreterBackend` and
+    :func:`trt_kv.jobs.build_to_file` take (a model's own network class has the same fields)."""
+
+    builder: object
+    network: object
+    profiles: list[Profile]
+    roles: DecoderRoles
+    keep: object = None  # what keeps the constants' arrays alive

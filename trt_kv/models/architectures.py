@@ -1,0 +1,112 @@
+"""Which architecture builds a checkpoint: the one table the loader, ``jobs`` and the CLI
+dispatch on (``config.json``'s ``model_type``: ``gpt2`` is GPT-2, any other is the Llama
+family, whose own table refuses what it does not build).
+
+Each row gives the steps a model goes through, as functions: config from ``config.json``,
+weights from Hugging Face tensors, the network (a contract network:
+:mod:`trt_kv.builder.contract`), the reference backend (its oracle) and the S_max check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from trt_kv.errors import ArgumentError, mismatch
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The functions one architecture is built and checked with."""
+
+    name: str  # "llama", "gpt2": the sidecar's recipe names it
+    config_type: type
+    weights_type: type
+    config_from_hf: Callable[[dict], object]
+    weights: Callable[[dict, object], object]  # (HF tensors, config) -> weights
+    build_network: Callable[..., object]  # (config, weights, **BuildOptions) -> network
+    reference_backend: Callable[..., object]  # (config, weights, capacity=, max_seq_len=, ...)
+    check_max_seq_len: Callable[[object, int, str], None]  # (config, S_max, option name)
+    weight_arrays: Callable[[object], list[np.ndarray]]  # every array, in a fixed order
+
+
+def _llama() -> Architecture:
+    from trt_kv.models.llama import LlamaConfig, LlamaWeights, build_llama_network, llama_weights
+    from trt_kv.models.llama.reference_backend import ReferenceBackend
+    from trt_kv.models.llama.rope_layers import check_table_memory
+
+    def arrays(w: object) -> list[np.ndarray]:
+        out = [w.embed, w.final_norm, w.lm_head]
+        return out + [a for layer in w.layers for a in vars(layer).values()]
+
+    return Architecture(
+        "llama",
+        LlamaConfig,
+        LlamaWeights,
+        LlamaConfig.from_hf,
+        llama_weights,
+        build_llama_network,
+        ReferenceBackend,
+        check_table_memory,
+        arrays,
+    )
+
+
+def _gpt2() -> Architecture:
+    from trt_kv.models.gpt2 import (
+        GPT2Config,
+        GPT2ReferenceBackend,
+        GPT2Weights,
+        build_gpt2_network,
+        gpt2_weights,
+    )
+
+    return Architecture(
+        "gpt2",
+        GPT2Config,
+        GPT2Weights,
+        GPT2Config.from_hf,
+        gpt2_weights,
+        build_gpt2_network,
+        GPT2ReferenceBackend,
+        GPT2Config.check_max_seq_len,
+        lambda w: w.arrays(),
+    )
+
+
+_ARCHITECTURES = {"llama": _llama, "gpt2": _gpt2}
+
+
+def architecture_named(name: str) -> Architecture:
+    """Raises ArgumentError for a name not in the table."""
+    if name not in _ARCHITECTURES:
+        raise ArgumentError(mismatch("architecture", "one of", sorted(_ARCHITECTURES), repr(name)))
+    return _ARCHITECTURES[name]()
+
+
+def architecture_of_hf(config: dict) -> Architecture:
+    """The architecture of a ``config.json`` (by ``model_type``)."""
+    return architecture_named("gpt2" if config.get("model_type") == "gpt2" else "llama")
+
+
+def architecture_of(config_or_weights: object) -> Architecture:
+    """The architecture of a parsed config (a ``LlamaConfig``, a ``GPT2Config``) or of its
+    weights.
+
+    Raises:
+        ArgumentError: an object of no architecture.
+    """
+    for name in _ARCHITECTURES:
+        arch = architecture_named(name)
+        if isinstance(config_or_weights, (arch.config_type, arch.weights_type)):
+            return arch
+    raise ArgumentError(
+        mismatch(
+            "config",
+            "a config or weights of " + ", ".join(_ARCHITECTURES),
+            "",
+            type(config_or_weights).__name__,
+        )
+    )

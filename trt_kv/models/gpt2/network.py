@@ -1,0 +1,159 @@
+"""GPT-2 as one TensorRT network for prefill and decode, with the public builder API.
+
+Inputs follow the decoder contract (:mod:`trt_kv.builder.contract`): ``input_ids [B, S]``
+int32, ``position_ids [B, S]`` int64, ``write_indices [B]`` int32, ``last_token_rows [B]``
+int32 (absent with ``all_logits``), ``key_value_lengths [B]`` (with that route option),
+``past_key.{i}`` / ``past_value.{i}`` ``[B, N, S_max, H]``. Outputs: ``logits [B, V]``
+float32 (``[B, S, V]`` with ``all_logits``) and the ``present_*`` caches aliasing the inputs.
+
+Per block, as :func:`trt_kv.models.gpt2.reference.forward` reads: ``x += attn(ln_1(x))``,
+``x += mlp(ln_2(x))``; embeddings are ``wte[ids] + wpe[positions]`` (learned positions, so
+S_max may not pass ``n_positions``); the head is ``wte`` (tied). Attention, masks and the
+cache update take the routes :func:`~trt_kv.builder.resolve_routes` picks (no RoPE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trt_kv._trt import trt
+from trt_kv.builder import Profile, add_model_caches, create_network
+from trt_kv.builder.contract import DecoderRoles, decoder_profiles, decoder_roles, name_dimensions
+from trt_kv.builder.model_caches import ModelCaches
+from trt_kv.builder.routes import Routes, resolve_routes
+from trt_kv.errors import ArgumentError, mismatch
+from trt_kv.models.gpt2.config import GPT2Config
+from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
+from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.network import check_step_sizes
+
+
+def _linear(g: Graph, x: object, w: np.ndarray, bias: np.ndarray) -> object:
+    """``x [B, S, In] @ w[Out, In]^T + bias [Out]``."""
+    return g.add(g.linear(x, g.const(w[None])), g.const(bias[None, None]))
+
+
+def _layer_norm(g: Graph, x: object, norm: tuple[np.ndarray, np.ndarray], eps: float) -> object:
+    """LayerNorm over the last axis of ``x [B, S, D]`` (INormalizationLayer), in float32."""
+    shape = (1, 1, -1)
+    scale = g.const(norm[0].reshape(shape), "float32")
+    bias = g.const(norm[1].reshape(shape), "float32")
+    layer = g.network.add_normalization(g.cast(x, "float32"), scale, bias, 1 << 2)
+    layer.epsilon = eps
+    return g.cast(layer.get_output(0), g.dtype)
+
+
+def _heads(g: Graph, x: object, n: int, h: int) -> object:
+    """``[B, S, N * H] -> [B, N, S, H]``."""
+    return g.shuffle(x, (0, 0, n, h), second=(0, 2, 1, 3))
+
+
+def _attention(
+    g: Graph,
+    cfg: GPT2Config,
+    lw: GPT2Layer,
+    x: object,
+    i: int,
+    caches: ModelCaches,
+    masks: Masks,
+    route: str,
+) -> object:
+    """Multi-head self-attention of block ``i``, ``[B, S, D] -> [B, S, D]``."""
+    n, h = cfg.n_head, cfg.head_dim
+    q = scale_queries(g, _heads(g, _linear(g, x, lw.wq, lw.bq), n, h), h)  # [B, N, S, H]
+    k = _heads(g, _linear(g, x, lw.wk, lw.bk), n, h)
+    v = _heads(g, _linear(g, x, lw.wv, lw.bv), n, h)
+    k_all, v_all = caches.update(i, k, v)  # [B, N, S_max, H]
+    out = attend(g, route, q, k_all, v_all, masks, n)  # [B, N, S, H]
+    return _linear(g, g.shuffle(out, (0, 0, n * h), first=(0, 2, 1, 3)), lw.wo, lw.bo)
+
+
+def _mlp(g: Graph, lw: GPT2Layer, x: object) -> object:
+    """``gelu_new(x W_fc^T + b_fc) W_proj^T + b_proj``."""
+    hidden = _linear(g, x, lw.w_fc, lw.b_fc)
+    act = g.network.add_activation(hidden, trt.ActivationType.GELU_TANH).get_output(0)
+    return _linear(g, act, lw.w_proj, lw.b_proj)
+
+
+@dataclass
+class GPT2Network:
+    """A built (not yet compiled) GPT-2 network, its profiles and its decoder roles."""
+
+    builder: object
+    network: object
+    config: GPT2Config
+    profiles: list[Profile]  # [decode (S = 1), prefill (S = 1..max_step_tokens)]
+    roles: DecoderRoles
+    routes: Routes
+    dtype: str
+    keep: list[np.ndarray]
+
+    def metadata(self) -> dict:
+        """What the sidecar records beside the roles (the model, for the CLI and the reader)."""
+        return {
+            "model": "gpt2",
+            "config": self.config.to_json(),
+            "dtype": self.dtype,
+            "routes": self.routes.to_json(),
+        }
+
+
+def build_gpt2_network(
+    config: GPT2Config,
+    weights: GPT2Weights,
+    *,
+    max_seq_len: int = 512,
+    max_batch: int = 8,
+    max_step_tokens: int | None = None,
+    dtype: str = "float16",
+    all_logits: bool = False,
+    routes: Routes | None = None,
+) -> GPT2Network:
+    """The GPT-2 decoder network (keywords as ``build_llama_network``'s).
+
+    Raises:
+        ArgumentError: ``config`` not a GPT2Config; a size not an integer >= 1.
+        ShapeError: ``max_seq_len`` past ``n_positions``; ``max_step_tokens > max_seq_len``.
+        RouteError: a requested route is missing.
+    """
+    if not isinstance(config, GPT2Config):
+        raise ArgumentError(mismatch("config", "a GPT2Config", "", type(config).__name__))
+    max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
+    config.check_max_seq_len(max_seq_len)
+    chosen = resolve_routes(routes)
+    builder, network = create_network()
+    g = Graph(network, dtype)
+    input_ids = network.add_input("input_ids", trt.int32, (-1, -1))
+    position_ids = network.add_input("position_ids", trt.int64, (-1, -1))
+    caches = add_model_caches(
+        network,
+        num_layers=config.n_layer,
+        num_kv_heads=config.n_head,
+        head_dim=config.head_dim,
+        max_seq_len=max_seq_len,
+        dtype=dtype,
+        method=chosen.cache_update,
+    )
+    kv_lengths = None
+    if chosen.key_value_lengths:
+        kv_lengths = network.add_input("key_value_lengths", trt.int32, (-1,))
+    masks = add_masks(g, chosen, position_ids, kv_lengths, max_seq_len)
+    wte = g.const(weights.wte)  # [V, D]
+    x = g.add(g.gather(wte, input_ids, 0), g.gather(g.const(weights.wpe), position_ids, 0))
+    eps = config.layer_norm_epsilon
+    for i, lw in enumerate(weights.layers):
+        x = g.add(
+            x,
+            _attention(
+                g, config, lw, _layer_norm(g, x, lw.ln_1, eps), i, caches, masks, chosen.attention
+            ),
+        )
+        x = g.add(x, _mlp(g, lw, _layer_norm(g, x, lw.ln_2, eps)))
+    g.logits(_layer_norm(g, x, weights.ln_f, eps), wte, all_logits)  # the tied head
+    name_dimensions(network)
+    profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
+    roles = decoder_roles(network, profiles)
+    return GPT2Network(builder, network, config, profiles, roles, chosen, dtype, g.keep)
