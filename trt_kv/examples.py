@@ -82,4 +82,5 @@ def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = Tru
         )
         checkpoint = random_checkpoint(seed)
     config = LlamaConfig.from_hf(checkpoint.config)
-    return Model(checkpoint.name, config, llama_weights(checkpoint.tensors, config), checkpoint)
+    weights = llama_weights(checkpoint.tensors, config, checkpoint.quantized)
+    return Model(checkpoint.name, config, weights, checkpoint)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 DTYPES = ("float16", "bfloat16", "float32")
 DEFAULT_DTYPE = "float16"  # engines and the interpreter (jobs.BuildOptions' default too)
+WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
@@ -28,6 +29,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "max_seq_len": "S_max of every cache",
         "max_batch": "most sequences per step",
         "max_step_tokens": "longest prompt per step (None: min(64, max-seq-len))",
+        "weights": "how the engine holds weights: in the activation dtype (the default), "
+        "int8/int4 (quantized at build time per 32 weights: lossy), keep (a GGUF's quantized "
+        "matrices as stored: INT8/INT4 with their block scales)",
         "out": "engine folder",
         "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
         "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "
@@ -41,6 +45,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     )
     p.add_argument("--max-batch", type=integer(1), default=8, help=text["max_batch"])
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
+    p.add_argument(
+        "--weights", dest="weight_format", default=None, choices=WEIGHTS, help=text["weights"]
+    )
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
     p.add_argument("--routes", type=routes, default=None, help=text["routes"])
 

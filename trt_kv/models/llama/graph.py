@@ -78,5 +78,9 @@ class Graph:
         return self.network.add_matrix_multiply(a, trt.MatrixOperation.NONE, b, op_b).get_output(0)
 
     def linear(self, x: object, w: object) -> object:
-        """``x [.., In] @ w[Out, In]^T -> [.., Out]``; ``w`` a constant of matching rank."""
+        """``x [.., In] @ w[Out, In]^T -> [.., Out]``; ``w`` a constant of matching rank, or
+        a quantized weight (:class:`~trt_kv.quantization.network.QuantizedWeight`), which
+        adds its own layers."""
+        if hasattr(w, "apply"):
+            return w.apply(self, x)
         return self.matmul(x, w, transpose_b=True)

@@ -26,7 +26,10 @@ SmolLM2-135M on TensorRT-RTX 1.7.1: 1.083x instead of 1.122x the parameter bytes
 
 Two optimization profiles share the one engine (weights stored once): ``decode`` (S = 1) and
 ``prefill`` (S = 1..max_step_tokens); the runtime picks one per step
-(:func:`trt_kv.runtime.profiles.select_profile`).
+(:func:`trt_kv.runtime.profiles.select_profile`). An engine with quantized weights
+(``weight_format``) has one, ``steps`` (S = 1..max_step_tokens, optimized for S = 1): TensorRT-RTX
+1.7.1 stores INT4 weights once per profile, in each profile's kernel layout (default model:
+175 MB with two profiles, 161 MB with one).
 """
 
 from __future__ import annotations
@@ -47,18 +50,31 @@ from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
-from trt_kv.models.llama.weights import LayerWeights, LlamaWeights, check_weights
+from trt_kv.models.llama.weights import (
+    LayerWeights,
+    LlamaWeights,
+    check_weights,
+    layer_name,
+    quantized_matrices,
+    to_hf_tensors,
+)
 from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
+from trt_kv.quantization import QuantizedMatrix
+from trt_kv.quantization.network import QuantizedWeight
+from trt_kv.quantization.storage import check_weight_format, weight_storage
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LAST_TOKEN_ROWS, LOGITS = "key_value_lengths", "last_token_rows", "logits"
 ROPE_LENGTHS = "rope_lengths"
-DECODE, PREFILL = "decode", "prefill"
+DECODE, PREFILL, STEPS = "decode", "prefill", "steps"
 
 
-def _weight(g: Graph, w: np.ndarray) -> object:
-    """A ``[Out, In]`` weight as a ``[1, Out, In]`` constant for ``[B, S, In]`` inputs."""
+def _weight(g: Graph, sh: _Shared, name: str, w: np.ndarray) -> object:
+    """A ``[Out, In]`` weight as a ``[1, Out, In]`` constant for ``[B, S, In]`` inputs, or
+    its quantized form where the build keeps one (``sh.quantized``, by Hugging Face name)."""
+    if name in sh.quantized:
+        return QuantizedWeight(sh.quantized[name])
     return g.const(w[None])
 
 
@@ -67,9 +83,11 @@ def _heads(g: Graph, x: object, n: int, h: int) -> object:
     return g.shuffle(x, (0, 0, n, h), second=(0, 2, 1, 3))
 
 
-def _project(g: Graph, x: object, w: np.ndarray, bias: np.ndarray | None) -> object:
-    """``x [B, S, In] @ w[Out, In]^T (+ bias [Out])``."""
-    y = g.linear(x, _weight(g, w))
+def _project(
+    g: Graph, sh: _Shared, i: int, key: str, lw: LayerWeights, bias: np.ndarray | None, x: object
+) -> object:
+    """``x [B, S, In] @ w[Out, In]^T (+ bias [Out])``, ``w`` layer ``i``'s ``key``."""
+    y = g.linear(x, _weight(g, sh, layer_name(i, key), getattr(lw, key)))
     return y if bias is None else g.add(y, g.const(bias[None, None]))
 
 
@@ -82,6 +100,7 @@ class _Shared:
     masks: Masks
     window: Masks | None  # the masks of sliding-window layers (config.window(i) set)
     caches: ModelCaches
+    quantized: dict[str, QuantizedMatrix]  # Hugging Face name -> the form the engine holds
 
 
 def _attention(
@@ -89,9 +108,9 @@ def _attention(
 ) -> object:
     """Self-attention of block ``i`` on ``x [B, S, D]`` -> ``[B, S, D]``."""
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = _heads(g, _project(g, x, lw.wq, lw.bq), nq, h)  # [B, Nq, S, H]
-    k = _heads(g, _project(g, x, lw.wk, lw.bk), nkv, h)  # [B, Nkv, S, H]
-    v = _heads(g, _project(g, x, lw.wv, lw.bv), nkv, h)
+    q = _heads(g, _project(g, sh, i, "wq", lw, lw.bq, x), nq, h)  # [B, Nq, S, H]
+    k = _heads(g, _project(g, sh, i, "wk", lw, lw.bk, x), nkv, h)  # [B, Nkv, S, H]
+    v = _heads(g, _project(g, sh, i, "wv", lw, lw.bv, x), nkv, h)
     if cfg.qk_norm:  # per head, over H, before RoPE
         q = rms_norm(g, q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_offset)
         k = rms_norm(g, k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_offset)
@@ -101,7 +120,7 @@ def _attention(
     masks = sh.masks if cfg.window(i) is None else sh.window
     out = attend(g, sh.routes.attention, q, k_all, v_all, masks, nkv)  # [B, Nq, S, H]
     out = g.shuffle(out, (0, 0, nq * h), first=(0, 2, 1, 3))  # [B, S, Nq*H]
-    return _project(g, out, lw.wo, lw.bo)
+    return _project(g, sh, i, "wo", lw, lw.bo, out)
 
 
 def _norm(g: Graph, cfg: LlamaConfig, x: object, weight: np.ndarray) -> object:
@@ -110,7 +129,8 @@ def _norm(g: Graph, cfg: LlamaConfig, x: object, weight: np.ndarray) -> object:
 
 def _block(g: Graph, cfg: LlamaConfig, i: int, lw: LayerWeights, x: object, sh: _Shared) -> object:
     x = g.add(x, _attention(g, cfg, i, lw, _norm(g, cfg, x, lw.attn_norm), sh))
-    weights = (_weight(g, w) for w in (lw.w_gate, lw.w_up, lw.w_down))
+    keys = ("w_gate", "w_up", "w_down")
+    weights = (_weight(g, sh, layer_name(i, k), getattr(lw, k)) for k in keys)
     return g.add(x, gated_mlp(g, _norm(g, cfg, x, lw.mlp_norm), *weights, cfg.activation))
 
 
@@ -121,7 +141,8 @@ class LlamaNetwork:
     builder: object
     network: object
     config: LlamaConfig
-    profiles: list[Profile]  # [decode (S = 1), prefill (S = 1..max_step_tokens)]
+    # [decode (S = 1), prefill (S = 1..max_step_tokens)]; [steps] with quantized weights
+    profiles: list[Profile]
     max_seq_len: int
     max_batch: int
     max_step_tokens: int
@@ -129,6 +150,8 @@ class LlamaNetwork:
     all_logits: bool
     routes: Routes  # resolved: no "auto" left
     keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
+    weight_format: str | None = None  # None: every weight in ``dtype``
+    weight_storage: dict | None = None  # how each weight is held (see weight_storage())
 
     def metadata(self) -> dict:
         """What the sidecar records so a runtime can drive the engine."""
@@ -141,6 +164,7 @@ class LlamaNetwork:
             "dtype": self.dtype,
             "all_logits": self.all_logits,
             "routes": self.routes.to_json(),
+            "weights": self.weight_storage,
         }
 
 
@@ -159,6 +183,7 @@ def build_llama_network(
     dtype: str = "float16",
     all_logits: bool = False,
     routes: Routes | None = None,
+    weight_format: str | None = None,
 ) -> LlamaNetwork:
     """Build the decoder network: prefill (S up to ``max_step_tokens``) and decode (S = 1).
 
@@ -171,11 +196,18 @@ def build_llama_network(
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
         routes: the route of each part; "auto" (the default) takes the best the installed
             TensorRT has.
+        weight_format: None (or ``dtype``): every weight in ``dtype``; ``"int8"`` /
+            ``"int4"``: each product's matrix quantized at build time (symmetric per 32
+            weights: lossy); ``"keep"``: each matrix the checkpoint stores quantized (GGUF)
+            kept so, as INT8/INT4 with its block scales (see
+            :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
+            norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
             ``max_batch`` or ``max_step_tokens`` not an integer >= 1; ``max_seq_len`` past
-            2^31 - 1 (int32 write indices) or with RoPE tables that do not fit host memory.
+            2^31 - 1 (int32 write indices) or with RoPE tables that do not fit host memory;
+            ``weight_format`` not one of None, ``dtype``, "int8", "int4", "keep".
         ShapeError: ``max_step_tokens > max_seq_len``.
         ConfigError, ShapeError, DTypeError: ``weights`` that do not fit ``config``
             (:func:`~trt_kv.models.llama.weights.check_weights`).
@@ -195,7 +227,9 @@ def build_llama_network(
         )
     if routes is not None and not isinstance(routes, Routes):
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
+    weight_format = check_weight_format(weight_format, dtype)
     check_weights(weights, config)
+    quantized = quantized_matrices(weights, weight_format)
     chosen = resolve_routes(routes)
     cfg = config
     builder, network = create_network()
@@ -222,7 +256,7 @@ def build_llama_network(
     if long_rope_after(cfg, max_seq_len) is not None:
         rope_lengths = network.add_input(ROPE_LENGTHS, trt.int32, (-1,))
     rope = add_rope(g, chosen.rope, cfg, position_ids, max_seq_len, rope_lengths)
-    shared = _Shared(chosen, rope, masks, window, caches)
+    shared = _Shared(chosen, rope, masks, window, caches, quantized)
 
     embed = g.const(weights.embed)  # [V, D]
     x = g.gather(embed, input_ids, 0)  # [B, S, D]
@@ -232,8 +266,12 @@ def build_llama_network(
         x = _block(g, cfg, i, lw, x, shared)
     x = _norm(g, cfg, x, weights.final_norm)
     head = embed if weights.lm_head is None else g.const(weights.lm_head)
+    if "lm_head.weight" in quantized:
+        head = QuantizedWeight(quantized["lm_head.weight"])
     if all_logits:
-        logits = g.linear(x, g.shuffle(head, (1, cfg.vocab_size, cfg.hidden_size)))  # [B, S, V]
+        if not isinstance(head, QuantizedWeight):
+            head = g.shuffle(head, (1, cfg.vocab_size, cfg.hidden_size))
+        logits = g.linear(x, head)  # [B, S, V]
     else:
         rows = network.add_input(LAST_TOKEN_ROWS, trt.int32, (-1,))
         flat = g.shuffle(x, (-1, cfg.hidden_size))  # [B * S, D]
@@ -247,6 +285,8 @@ def build_llama_network(
         _profile(DECODE, names, cfg, max_seq_len, max_batch, 1, 1),
         _profile(PREFILL, names, cfg, max_seq_len, max_batch, max_step_tokens, max_step_tokens),
     ]
+    if quantized:  # one profile: TensorRT lays INT4 weights out per profile (see the module)
+        profiles = [_profile(STEPS, names, cfg, max_seq_len, max_batch, 1, max_step_tokens)]
     return LlamaNetwork(
         builder,
         network,
@@ -259,6 +299,8 @@ def build_llama_network(
         all_logits,
         chosen,
         g.keep,
+        weight_format,
+        weight_storage(to_hf_tensors(weights), quantized, weight_format, dtype),
     )
 
 
