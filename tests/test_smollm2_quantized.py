@@ -40,17 +40,21 @@ def test_kept_matrices_dequantize_bit_for_bit_as_gguf(smollm2):
         assert np.array_equal(q.dequantize().view(np.uint32), floats[name].view(np.uint32)), name
 
 
-def _prefill_logits(model, dtype, weight_format):
-    net = build_llama_network(
+def _network(model, dtype, weight_format, max_batch=1, all_logits=False):
+    return build_llama_network(
         model.config,
         model.weights,
         max_seq_len=S_MAX,
-        max_batch=1,
+        max_batch=max_batch,
         max_step_tokens=40,
         dtype=dtype,
         weight_format=weight_format,
-        all_logits=True,
+        all_logits=all_logits,
     )
+
+
+def _prefill_logits(model, dtype, weight_format):
+    net = _network(model, dtype, weight_format, all_logits=True)
     ids = np.array([CHAT_PROMPT_IDS], dtype=np.int32)
     s = ids.shape[1]
     plan = compile_network(net.network)
@@ -80,16 +84,7 @@ def test_kept_logits_equal_the_float_weights_within_rounding(smollm2):
 
 
 def test_kept_weights_greedy_ids_equal_hugging_face(smollm2):
-    net = build_llama_network(
-        smollm2.config,
-        smollm2.weights,
-        max_seq_len=S_MAX,
-        max_batch=2,
-        max_step_tokens=40,
-        dtype="float16",
-        weight_format="keep",
-    )
-    session = Session(InterpreterBackend(net))
+    session = Session(InterpreterBackend(_network(smollm2, "float16", "keep", max_batch=2)))
     prompts = [CHAT_PROMPT_IDS, PLAIN_PROMPT_IDS]
     assert generate(session, prompts, 24).ids == [CHAT_IDS, PLAIN_IDS]
 

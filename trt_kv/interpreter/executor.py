@@ -318,7 +318,9 @@ def compile_network(
     :func:`~trt_kv.interpreter.linalg.matrix_multiply`); a float16 weight that only
     products read stays float16 where the compiled helper is built, read as stored up to 16
     rows (:func:`~trt_kv.interpreter.layout.keep_float16_weights`: half the bytes of a
-    decode step, half the memory); constants are filled in once; float16 rounds and widens on
+    decode step, half the memory); constants are filled in once, and so are the layers that
+    read only constants (a weight dequantized from INT8/INT4 codes: held as its float16
+    result, like a float16 weight); float16 rounds and widens on
     the bits
     (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
     elements skip a rounding that changes nothing; KV updates are checked on whole arrays.
