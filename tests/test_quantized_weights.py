@@ -197,3 +197,26 @@ def test_weight_format_is_checked_and_names_the_engine():
             check_weight_format(bad, "float16")
     assert "weights_keep" in BuildOptions(weight_format="keep").key()
     assert "weights" not in BuildOptions().key()
+
+
+def _layer_types(net):
+    return [str(net.network.get_layer(i).type) for i in range(net.network.num_layers)]
+
+
+def test_weights_in_the_activation_dtype_build_the_float_network_unchanged():
+    """The default (and ``weight_format`` equal to the dtype) adds no quantization layer and
+    keeps both profiles; ``int4`` puts one dequantization before each of the 14 products."""
+    from tiny_models import TINY_HF_CONFIG
+
+    from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
+
+    config = LlamaConfig.from_hf(TINY_HF_CONFIG)
+    weights = random_weights(config, seed=1)
+    build = lambda fmt: build_llama_network(config, weights, max_seq_len=16, weight_format=fmt)  # noqa: E731
+    plain, same, int4 = build(None), build("float16"), build("int4")
+    assert _layer_types(plain) == _layer_types(same)
+    assert "LayerType.DEQUANTIZE" not in _layer_types(plain)
+    assert [p.name for p in plain.profiles] == ["decode", "prefill"]
+    assert plain.metadata()["weights"]["format"] == "float16" and not plain.weight_format
+    assert _layer_types(int4).count("LayerType.DEQUANTIZE") == 14
+    assert [p.name for p in int4.profiles] == ["steps"]
