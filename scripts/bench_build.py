@@ -2,12 +2,17 @@
 time one interpreter decode step of the same network.
 
     python scripts/bench_build.py [--max-seq-len 512] [--out-dir DIR] [--sizes NAME ...]
+    python scripts/bench_build.py --gguf [--max-seq-len 256]   # the real default model
 
 Targets (benchmarks, not tests): network + engine build < 60 s on a 2-core machine; one
 interpreter decode step < 1 s at B=1 and B=8 after a 16-token prefill; engine bytes <= 1.1x
 the parameter bytes (decode + prefill profiles, weights stored once), printed per model size:
 what a layer costs beyond its weights is compiled kernel code (about 0.7 MB a layer on
 TensorRT-RTX 1.7.1, plus ~2 MB), so small models spend a larger share of the engine on it.
+
+``--gguf``: the real default model (its Q4_1 GGUF) built with each ``weight_format``, engine
+bytes against the GGUF file's (target for ``keep``: <= 1.6x), and where the bytes go per
+GGUF tensor type (what the file stores, what the network's constants hold).
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ import time
 from pathlib import Path
 
 from trt_kv.jobs import BuildOptions, build_to_file, model_engine_path
-from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
+from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights, to_hf_tensors
 from trt_kv.runtime import Session
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 BUILD_TARGET_S = 60.0
 DECODE_TARGET_S = 1.0
 ENGINE_RATIO_TARGET = 1.1  # engine bytes / parameter bytes: weights stored once (2 profiles)
+GGUF_RATIO_TARGET = 1.6  # engine bytes / GGUF file bytes with weight_format="keep"
+WEIGHT_FORMATS = (None, "keep", "int8", "int4")
 # Model shapes for the ratio table (random weights, float16, tied heads as the models have).
 SIZES = {
     "smollm2-135m": LlamaConfig(),
@@ -138,6 +145,63 @@ def _ratio_table(first: tuple[str, int, int], sizes: list[str], args: argparse.N
     )
 
 
+def _gguf_tables(max_seq_len: int) -> None:
+    """Engine bytes against the default model's GGUF file per weight format; then per GGUF
+    tensor type, the file's bytes and what a ``keep`` network's constants hold."""
+    from gguf import GGUFReader
+
+    from trt_kv.builder import build_engine
+    from trt_kv.examples import load_model
+
+    model = load_model("default", progress=False)
+    path = Path(model.checkpoint.source)
+    file_bytes = path.stat().st_size
+    rows = []
+    for fmt in WEIGHT_FORMATS:
+        start = time.perf_counter()
+        net = build_llama_network(
+            model.config, model.weights, max_seq_len=max_seq_len, weight_format=fmt
+        )
+        nbytes = len(build_engine(net.builder, net.network, net.profiles).data)
+        seconds = time.perf_counter() - start
+        ratio = nbytes / file_bytes
+        verdict = ("ok" if ratio <= GGUF_RATIO_TARGET else "MISSED") if fmt == "keep" else ""
+        size = f"{nbytes / 2**20:.1f} MiB"
+        name = fmt or "float16"
+        rows.append(
+            (name, str(len(net.profiles)), size, f"{ratio:.2f}x", f"{seconds:.1f} s", verdict)
+        )
+    _table(
+        f"Default model engines (float16 activations, S_max={max_seq_len}) against its GGUF "
+        f"file ({file_bytes / 2**20:.1f} MiB); target for keep <= {GGUF_RATIO_TARGET}x",
+        ("weights", "profiles", "engine", "/ GGUF", "network + engine", "verdict"),
+        rows,
+    )
+    by_type: dict[str, list[int]] = {}
+    quantized = model.weights.quantized
+    names = {t.name: t for t in GGUFReader(str(path)).tensors}
+    for hf_name, array in to_hf_tensors(model.weights).items():
+        kind = quantized[hf_name].source if hf_name in quantized else "F32"
+        entry = by_type.setdefault(kind, [0, 0, 0])
+        entry[0] += 1
+        held = quantized.get(hf_name)
+        kept = held.nbytes if held is not None and hf_name != "model.embed_tokens.weight" else 0
+        entry[2] += kept or 2 * array.size
+    for t in names.values():
+        kind = t.tensor_type.name if t.tensor_type.name in by_type else "F32"
+        by_type.setdefault(kind, [0, 0, 0])[1] += int(t.n_bytes)
+    _table(
+        "Where the bytes go (keep): per GGUF tensor type, the file's bytes and what the "
+        "network's constants hold (INT4 codes packed, float16 scales and offsets; the "
+        "gathered embedding and the norms in float16)",
+        ("GGUF type", "tensors", "file", "held"),
+        [
+            (kind, str(n), f"{f / 2**20:.1f} MiB", f"{h / 2**20:.1f} MiB")
+            for kind, (n, f, h) in sorted(by_type.items())
+        ],
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-seq-len", type=int, default=512)
@@ -145,7 +209,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sizes", nargs="+", choices=sorted(SIZES), default=list(SIZES), help="ratio table rows"
     )
+    parser.add_argument(
+        "--gguf", action="store_true", help="the default model per weight format, only"
+    )
     args = parser.parse_args(argv)
+    if args.gguf:
+        _gguf_tables(args.max_seq_len)
+        return
 
     net, weights, network_s, engine_s, nbytes = _engine_bytes(
         "smollm2-135m", SIZES["smollm2-135m"], args.max_seq_len, args.out_dir

@@ -28,6 +28,11 @@ def test_options_off_their_default_join_the_key():
     )
 
 
+def test_weights_in_the_activation_dtype_are_the_default_engine():
+    assert BuildOptions(weight_format="float16") == BuildOptions()
+    assert BuildOptions(weight_format="keep").key() == "float16-s512-b8-t128-weights_keep"
+
+
 def test_a_new_build_option_joins_the_key_without_other_edits():
     @dataclasses.dataclass(frozen=True)
     class Routed(BuildOptions):
@@ -50,6 +55,8 @@ def test_every_option_pair_gives_another_file_name(tmp_path):
         BuildOptions(all_logits=True),
         BuildOptions(routes=Routes(cache_update="plugin")),
         BuildOptions(routes=Routes(rope="elementwise")),
+        BuildOptions(weight_format="keep"),
+        BuildOptions(weight_format="int4"),
     ]
     paths = {model_engine_path("m", v, tmp_path) for v in variants}
     assert len(paths) == len(variants)
@@ -81,6 +88,7 @@ def test_sidecar_holds_the_options_and_the_build_time(built):
             "cache_update": "auto",
             "key_value_lengths": False,
         },
+        "weight_format": None,
     }
     assert engine.built_at.endswith("Z") and not engine.reused
 
@@ -134,7 +142,7 @@ def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
             "t",
             {"max_seqlen": 64},
             r"options: expected BuildOptions fields \['dtype', 'max_seq_len', 'max_batch', "
-            r"'max_step_tokens', 'all_logits', 'routes'\], got \['max_seqlen'\]",
+            r"'max_step_tokens', 'all_logits', 'routes', 'weight_format'\], got \['max_seqlen'\]",
         ),
         ("../t", {}, r"name: expected a file-name part \(no path separator\), got '../t'"),
         ("", {}, r"name: expected a file-name part \(no path separator\), got ''"),

@@ -79,4 +79,5 @@ def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = Tru
         checkpoint = random_checkpoint(seed)
     arch = architecture_of_hf(checkpoint.config)
     config = arch.config_from_hf(checkpoint.config)
-    return Model(checkpoint.name, config, arch.weights(checkpoint.tensors, config), checkpoint)
+    weights = arch.weights(checkpoint.tensors, config, checkpoint.quantized)
+    return Model(checkpoint.name, config, weights, checkpoint)

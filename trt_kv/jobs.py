@@ -55,6 +55,8 @@ class BuildOptions:
     all_logits: bool = False
     # the route of each network part ("auto": the best available)
     routes: Routes = field(default_factory=Routes)
+    # None: weights in ``dtype``; "int8" / "int4" / "keep" (see build_llama_network)
+    weight_format: str | None = field(default=None, metadata=_tag("weights", always=False))
 
     def __post_init__(self) -> None:
         if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
@@ -62,6 +64,8 @@ class BuildOptions:
             object.__setattr__(self, "max_step_tokens", step)
         if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
             object.__setattr__(self, "routes", Routes.from_json(self.routes))
+        if self.weight_format == self.dtype:  # weights in the activation dtype: the default
+            object.__setattr__(self, "weight_format", None)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -260,11 +260,14 @@ def decoder_profiles(
     max_batch: int,
     max_step_tokens: int,
     names: Mapping[str, str] | None = None,
+    one_profile: bool = False,
 ) -> list[Profile]:
     """The two optimization profiles of a decoder: ``decode`` (S = 1) and ``prefill``
     (S = 1..``max_step_tokens``), B in [1, ``max_batch``] (optimized for ``max_batch``):
     ``[B, S]`` for ``token_ids`` / ``positions``, ``[B]`` for the other per-sequence roles
-    (``[B + 1]`` for ``update_lengths``), ``[B, N, S_max, H]`` for each cache.
+    (``[B + 1]`` for ``update_lengths``), ``[B, N, S_max, H]`` for each cache. With
+    ``one_profile``: one, ``steps`` (S = 1..``max_step_tokens``, optimized for S = 1), for
+    networks whose constants TensorRT would store once per profile (INT4 weights).
 
     Raises:
         ArgumentError: ``max_batch`` or ``max_step_tokens`` not an integer >= 1.
@@ -273,11 +276,13 @@ def decoder_profiles(
     check_int("max_step_tokens", max_step_tokens, 1)
     b, roles = max_batch, _role_of_inputs(network, dict(names or {}))
     profiles = []
-    for name, s in (("decode", 1), ("prefill", max_step_tokens)):
+    t = max_step_tokens  # (name, S it is optimized for, largest S)
+    steps = [("steps", 1, t)] if one_profile else [("decode", 1, 1), ("prefill", t, t)]
+    for name, s_opt, s in steps:
         shapes = {}
         for tensor, (role, shape) in roles.items():
             if role in ("token_ids", "positions"):
-                shapes[tensor] = ((1, 1), (b, s), (b, s))
+                shapes[tensor] = ((1, 1), (b, s_opt), (b, s))
             elif role == "cache":
                 shapes[tensor] = tuple((n, *shape[1:]) for n in (1, b, b))
             elif role == "update_lengths":

@@ -20,6 +20,7 @@ from trt_kv.errors import ConfigError, mismatch
 
 if TYPE_CHECKING:
     from trt_kv.checkpoints.tokenizer import TextTokenizer
+    from trt_kv.quantization import QuantizedMatrix
 
 
 @dataclass
@@ -32,6 +33,9 @@ class Checkpoint:
     eos_token_ids: tuple[int, ...] = ()  # generation stops at any of these by default
     source: str = ""  # the file or folder read (for messages)
     random: bool = False  # seeded random weights, not a trained model
+    # Hugging Face name -> the matrix as the file stores it quantized (GGUF; for engines
+    # built with weights="keep"), beside its float values in ``tensors``
+    quantized: dict[str, QuantizedMatrix] = field(default_factory=dict, repr=False)
     tokenizer_loader: Callable[[], TextTokenizer] | None = field(default=None, repr=False)
     _tokenizer: TextTokenizer | None = field(default=None, init=False, repr=False)
 

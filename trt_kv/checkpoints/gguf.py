@@ -24,9 +24,11 @@ from trt_kv.checkpoints.gguf_archs import (
     architecture,
     hf_config,
 )
+from trt_kv.checkpoints.gguf_blocks import keep_quantized
 from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
 from trt_kv.progress import track
+from trt_kv.quantization import QuantizedMatrix
 
 
 def unpermute_rows(w: np.ndarray, n_head: int, name: str = "Q/K projection") -> np.ndarray:
@@ -149,7 +151,8 @@ def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
 
 def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoint:
     """Read a GGUF file: config from metadata, every tensor dequantized to ``dtype`` under its
-    Hugging Face name (Q/K rows back in Hugging Face order), EOS ids, the tokenizer. A
+    Hugging Face name (Q/K rows back in Hugging Face order), each quantized matrix also as
+    stored (``Checkpoint.quantized``, see :mod:`.gguf_blocks`), EOS ids, the tokenizer. A
     progress bar counts the tensors dequantized (see :mod:`trt_kv.progress`).
 
     Raises:
@@ -181,12 +184,22 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         "self_attn.k_proj": config.get("num_key_value_heads") or heads,
     }
     tensors: dict[str, np.ndarray] = {}
+    quantized: dict[str, QuantizedMatrix] = {}
     for name, hf_name in track(names.items(), f"dequantize {path.name}", unit="tensor"):
-        array = _dequantize(by_name[name], np.dtype(dtype), path)
+        tensor = by_name[name]
+        array = _dequantize(tensor, np.dtype(dtype), path)
+        stored = None
+        if array.ndim == 2:
+            f32 = partial(_dequantize, tensor, np.dtype(np.float32), path)
+            stored = keep_quantized(tensor.tensor_type.name, tensor.data, array.shape, f32)
         if arch.permuted:
             for proj, n_head in permuted.items():
                 if f".{proj}." in hf_name and n_head:
-                    array = unpermute_rows(array, int(n_head), name)
+                    order = unpermute_rows(np.arange(array.shape[0]), int(n_head), name)
+                    array = array[order]
+                    stored = None if stored is None else stored.permuted(order)
+        if stored is not None:
+            quantized[hf_name] = stored
         if arch.norm_offset and hf_name.endswith("norm.weight"):
             # minus the offset in float32, then rounded to dtype once: float16(1 + w) - 1
             # would carry 1's rounding step (2**-11) into every small w
@@ -200,6 +213,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         tensors=tensors,
         eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos if e is not None)),
         source=str(path),
+        quantized=quantized,
         tokenizer_loader=partial(_tokenizer, fields, arch)
         if "tokenizer.ggml.model" in fields
         else None,

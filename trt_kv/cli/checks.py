@@ -126,7 +126,8 @@ def check_prompt_lengths(
 
 def check_backend_options(args: argparse.Namespace, backend: str, note: str = "") -> None:
     """ArgumentError for an option given that ``backend`` would ignore (``--cuda-graph``,
-    ``--engine`` on a CPU backend; a ``--dtype`` other than float32 on the reference)."""
+    ``--engine`` on a CPU backend; a ``--dtype`` other than float32, or ``--weights``, on the
+    reference)."""
     for dest, backends in BACKEND_ONLY.items():
         if getattr(args, dest, None) and backend not in backends:
             flag = "--" + dest.replace("_", "-")
@@ -142,6 +143,10 @@ def check_backend_options(args: argparse.Namespace, backend: str, note: str = ""
                 "float32)",
                 dtype,
             )
+        )
+    if backend == "reference" and getattr(args, "weight_format", None) is not None:
+        raise ArgumentError(
+            mismatch("--weights", "none with --backend", "an engine's backend", "reference")
         )
 
 

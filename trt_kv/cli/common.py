@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 DTYPES = ("float16", "bfloat16", "float32")
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
+WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
@@ -31,6 +32,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "max_batch": "most sequences per step",
         "max_step_tokens": "most prompt tokens per step; longer prompts are prefilled in "
         f"chunks (default: min({defaults.MAX_STEP_TOKENS}, --max-seq-len))",
+        "weights": "how the engine holds weights: in the activation dtype (the default), "
+        "int8/int4 (quantized at build time per 32 weights: lossy), keep (a GGUF's quantized "
+        "matrices as stored: INT8/INT4 with their block scales)",
         "out": "engine folder",
         "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
         "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "
@@ -49,6 +53,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "--max-batch", type=integer(1), default=defaults.MAX_BATCH, help=text["max_batch"]
     )
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
+    p.add_argument(
+        "--weights", dest="weight_format", default=None, choices=WEIGHTS, help=text["weights"]
+    )
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
     p.add_argument("--routes", type=routes, default=None, help=text["routes"])
 

@@ -193,6 +193,7 @@ def make_backend(
             max_step_tokens=step_tokens,
             dtype=args.dtype or common.DEFAULT_DTYPE,
             routes=args.routes,
+            weight_format=args.weight_format,
         )
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")

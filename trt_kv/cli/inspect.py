@@ -113,7 +113,7 @@ def _check_recipe(side: Path, md: dict) -> None:
     that ``inspect`` reads by key is not a JSON object (an edited or foreign sidecar)."""
     from trt_kv.errors import EngineFileError, mismatch
 
-    for key in ("routes", "build_options", "config"):
+    for key in ("routes", "build_options", "config", "weights"):
         value = md.get(key)
         if value is not None and not isinstance(value, dict):
             kind = type(value).__name__
@@ -196,6 +196,22 @@ def _role_lines(roles: dict | None) -> list[str]:
     return lines
 
 
+def weights_line(w: dict) -> str:
+    """``"keep: 210 Q4_1 -> int4 block 32 + mins; in float16: model.embed_tokens.weight
+    and 61 vectors"``: how the engine holds its weights (the sidecar's ``weights``)."""
+    held = [f"{n} {kind}" for kind, n in w.get("quantized", {}).items()]
+    requantized = w.get("requantized", {})
+    if requantized.get("count"):
+        held.append(
+            f"{requantized['count']} re-quantized (max error {requantized['max_error']:.3g})"
+        )
+    plain = w.get("activation_dtype", {})
+    rest = [*plain.get("matrices", []), f"{plain.get('vectors', 0)} vectors"]
+    shown = ", ".join(rest[:4]) + (f" and {len(rest) - 4} more" if len(rest) > 4 else "")
+    quantized = "; ".join(held) + "; " if held else ""
+    return f"{w.get('format')}: {quantized}in {w.get('dtype')}: {shown}"
+
+
 def _mib(n: int) -> str:
     return f"{n:,} bytes ({n / 2**20:.2f} MiB)"
 
@@ -214,6 +230,9 @@ def format_report(r: dict) -> str:
     options = r["recipe"].get("build_options")
     if options:
         lines.append("build        " + " ".join(f"{k}={v}" for k, v in options.items()))
+    weights = r["recipe"].get("weights")
+    if weights:
+        lines.append("weights      " + weights_line(weights))
     config = r["recipe"].get("config")
     if config:
         keys = (

@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 
 from trt_kv import dtypes
+from trt_kv._trt import trt
 from trt_kv.errors import (
     ArgumentError,
     DTypeError,
@@ -25,9 +26,19 @@ from trt_kv.errors import (
     check_bool,
     mismatch,
 )
-from trt_kv.interpreter import elementwise, linalg, shapes, transformer  # noqa: F401 (register)
+from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
+    elementwise,
+    linalg,
+    quantize,
+    shapes,
+    transformer,
+)
 from trt_kv.interpreter.half import round_float16
-from trt_kv.interpreter.layout import fuse_shared_products, keep_float16_weights
+from trt_kv.interpreter.layout import (
+    fold_constants,
+    fuse_shared_products,
+    keep_float16_weights,
+)
 from trt_kv.interpreter.program import SlotProgram, Step, identity, with_frees
 from trt_kv.interpreter.registry import compile_layer, is_float, type_name
 
@@ -43,6 +54,8 @@ class _Input:
 
 
 def _declared(tensor: object, layer: str, kind: str) -> np.dtype:
+    if tensor.dtype == trt.int4:  # held unpacked: one value per int8
+        return np.dtype(np.int8)
     try:
         return dtypes.to_numpy(tensor.dtype)
     except (TypeError, KeyError) as err:
@@ -139,11 +152,13 @@ class Plan:
         # Tensors that may hold floats other than the compute dtype: the caller's arrays and
         # arrays passed through as they are. Every other float is in the compute dtype.
         self._as_stored = set(self.input_names)
+        self._dtypes: dict[str, np.dtype] = {}  # layer output -> its declared dtype
         steps = [
             self._compile(network.get_layer(i), compute)
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
+            steps = fold_constants(steps, compute, self._dtypes, set(self.output_names))
             keep_float16_weights(steps)
             fuse_shared_products(steps)
         self._steps = with_frees(steps, {*self.input_names, *self.output_names})
@@ -187,6 +202,7 @@ class Plan:
         outputs = []
         for j in range(layer.num_outputs):
             t = layer.get_output(j)
+            self._dtypes[t.name] = _declared(t, layer.name, kind)
             if j in kernel.aliases:
                 self._aliased.add(t.name)
                 self._updated.add(layer.get_input(kernel.aliases[j]).name)
@@ -302,7 +318,9 @@ def compile_network(
     :func:`~trt_kv.interpreter.linalg.matrix_multiply`); a float16 weight that only
     products read stays float16 where the compiled helper is built, read as stored up to 16
     rows (:func:`~trt_kv.interpreter.layout.keep_float16_weights`: half the bytes of a
-    decode step, half the memory); constants are filled in once; float16 rounds and widens on
+    decode step, half the memory); constants are filled in once, and so are the layers that
+    read only constants (a weight dequantized from INT8/INT4 codes: held as its float16
+    result, like a float16 weight); float16 rounds and widens on
     the bits
     (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
     elements skip a rounding that changes nothing; KV updates are checked on whole arrays.

@@ -20,6 +20,7 @@ import numpy as np
 
 from trt_kv.interpreter import half, native
 from trt_kv.interpreter.linalg import native_rows, row_dots
+from trt_kv.interpreter.program import identity
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -35,6 +36,38 @@ def _constants(steps: list) -> dict[str, int]:
 
 def _with_value(step: object, value: np.ndarray) -> object:
     return replace(step, kernel=replace(step.kernel, fn=lambda x, v=value: v))
+
+
+def fold_constants(
+    steps: list, compute: np.dtype, declared: dict[str, np.dtype], kept: set[str]
+) -> list:
+    """``steps`` with every step whose inputs are all constants (a weight dequantized from
+    its INT8/INT4 codes, say) run once, here, and held as a constant of its result, rounded
+    to its ``declared`` dtype as on every run (float16 results stay float16, for
+    :func:`keep_float16_weights` to place); constants that only such steps read are dropped
+    (but not the tensors in ``kept``: network outputs)."""
+    values = {name: steps[i].kernel.fn(()) for name, i in _constants(steps).items()}
+    out = []
+    for step in steps:
+        names = [name for name, _ in step.inputs]
+        k = step.kernel
+        if not names or k.aliases or k.raw_inputs or not all(n in values for n in names):
+            out.append(step)
+            continue
+        args = [values[n].astype(compute) if values[n].dtype == _F16 else values[n] for n in names]
+        result = k.fn(args)
+        result = result if isinstance(result, tuple) else (result,)
+        done = []
+        for (name, finish), value in zip(step.outputs, result):
+            value = finish(value)
+            if declared[name] == _F16 and compute == _F32:
+                value = value.astype(_F16)
+            values[name] = _read_only(np.ascontiguousarray(value))
+            kernel = replace(k, fn=lambda x, v=values[name]: v, rounded=True)
+            done.append(replace(step, kernel=kernel, inputs=(), outputs=((name, identity),)))
+        out.extend(done)
+    read = {name for step in out for name, _ in step.inputs} | kept
+    return [s for s in out if s.inputs or not s.kernel.rounded or s.outputs[0][0] in read]
 
 
 def keep_float16_weights(steps: list) -> None:

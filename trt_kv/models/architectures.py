@@ -25,7 +25,8 @@ class Architecture:
     config_type: type
     weights_type: type
     config_from_hf: Callable[[dict], object]
-    weights: Callable[[dict, object], object]  # (HF tensors, config) -> weights
+    # (HF tensors, config, the checkpoint's quantized matrices by HF name) -> weights
+    weights: Callable[[dict, object, dict], object]
     build_network: Callable[..., object]  # (config, weights, **BuildOptions) -> network
     reference_backend: Callable[..., object]  # (config, weights, capacity=, max_seq_len=, ...)
     check_max_seq_len: Callable[[object, int, str], None]  # (config, S_max, option name)
@@ -63,12 +64,17 @@ def _gpt2() -> Architecture:
         gpt2_weights,
     )
 
+    def weights(tensors: dict, config: object, quantized: dict) -> object:
+        if quantized:  # only GGUF files hold quantized matrices, and no GPT-2 GGUF is read
+            raise ArgumentError(mismatch("GPT-2 weights", "float tensors", "", "quantized ones"))
+        return gpt2_weights(tensors, config)
+
     return Architecture(
         "gpt2",
         GPT2Config,
         GPT2Weights,
         GPT2Config.from_hf,
-        gpt2_weights,
+        weights,
         build_gpt2_network,
         GPT2ReferenceBackend,
         GPT2Config.check_max_seq_len,

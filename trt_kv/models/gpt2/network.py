@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.contract import DecoderRoles, decoder_profiles, decoder_roles, name_dimensions
@@ -29,6 +30,7 @@ from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.network import check_step_sizes
+from trt_kv.quantization.storage import check_weight_format
 
 
 def _linear(g: Graph, x: object, w: np.ndarray, bias: np.ndarray) -> object:
@@ -105,17 +107,20 @@ def build_gpt2_network(
     config: GPT2Config,
     weights: GPT2Weights,
     *,
-    max_seq_len: int = 512,
-    max_batch: int = 8,
+    max_seq_len: int = defaults.MAX_SEQ_LEN,
+    max_batch: int = defaults.MAX_BATCH,
     max_step_tokens: int | None = None,
-    dtype: str = "float16",
+    dtype: str = defaults.DTYPE,
     all_logits: bool = False,
     routes: Routes | None = None,
+    weight_format: str | None = None,
 ) -> GPT2Network:
-    """The GPT-2 decoder network (keywords as ``build_llama_network``'s).
+    """The GPT-2 decoder network (keywords as ``build_llama_network``'s; weights are held in
+    the activation dtype only).
 
     Raises:
-        ArgumentError: ``config`` not a GPT2Config; a size not an integer >= 1.
+        ArgumentError: ``config`` not a GPT2Config; a size not an integer >= 1;
+            ``weight_format`` other than None or ``dtype``.
         ShapeError: ``max_seq_len`` past ``n_positions``; ``max_step_tokens > max_seq_len``.
         RouteError: a requested route is missing.
     """
@@ -123,6 +128,12 @@ def build_gpt2_network(
         raise ArgumentError(mismatch("config", "a GPT2Config", "", type(config).__name__))
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
     config.check_max_seq_len(max_seq_len)
+    if check_weight_format(weight_format, dtype) is not None:
+        raise ArgumentError(
+            mismatch(
+                "weights", f"GPT-2 weights in the activation dtype {dtype!r}", "", weight_format
+            )
+        )
     chosen = resolve_routes(routes)
     builder, network = create_network()
     g = Graph(network, dtype)

@@ -78,17 +78,24 @@ class Graph:
         return self.network.add_matrix_multiply(a, trt.MatrixOperation.NONE, b, op_b).get_output(0)
 
     def linear(self, x: object, w: object) -> object:
-        """``x [.., In] @ w[Out, In]^T -> [.., Out]``; ``w`` a constant of matching rank."""
+        """``x [.., In] @ w[Out, In]^T -> [.., Out]``; ``w`` a constant of matching rank, or
+        a quantized weight (:class:`~trt_kv.quantization.network.QuantizedWeight`), which
+        adds its own layers."""
+        if hasattr(w, "apply"):
+            return w.apply(self, x)
         return self.matmul(x, w, transpose_b=True)
 
     def logits(self, x: object, head: object, all_logits: bool) -> object:
         """The decoder-contract logits output from the final hidden states ``x [B, S, D]``
         and the head constant ``[V, D]``: ``[B, S, V]`` with ``all_logits``, else ``[B, V]``
         of each sequence's last token (adding the ``last_token_rows [B]`` input that picks
-        it from the flattened ``[B * S]`` rows); float32, named ``logits``, marked."""
-        vocab, width = tuple(head.shape)
+        it from the flattened ``[B * S]`` rows); float32, named ``logits``, marked. ``head``
+        may be a quantized weight (it multiplies inputs of any rank itself)."""
+        quantized = hasattr(head, "apply")
+        vocab, width = tuple(head.matrix.shape if quantized else head.shape)
         if all_logits:
-            logits = self.linear(x, self.shuffle(head, (1, vocab, width)))  # [B, S, V]
+            weight = head if quantized else self.shuffle(head, (1, vocab, width))
+            logits = self.linear(x, weight)  # [B, S, V]
         else:
             rows = self.network.add_input("last_token_rows", trt.int32, (-1,))
             flat = self.shuffle(x, (-1, width))  # [B * S, D]

@@ -26,7 +26,10 @@ SmolLM2-135M on TensorRT-RTX 1.7.1: 1.083x instead of 1.122x the parameter bytes
 
 Two optimization profiles share the one engine (weights stored once): ``decode`` (S = 1) and
 ``prefill`` (S = 1..max_step_tokens); the runtime picks one per step
-(:func:`trt_kv.runtime.profiles.select_profile`).
+(:func:`trt_kv.runtime.profiles.select_profile`). An engine with quantized weights
+(``weight_format``) has one, ``steps`` (S = 1..max_step_tokens, optimized for S = 1): TensorRT-RTX
+1.7.1 stores INT4 weights once per profile, in each profile's kernel layout (default model:
+175 MB with two profiles, 161 MB with one).
 """
 
 from __future__ import annotations
@@ -53,17 +56,30 @@ from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
-from trt_kv.models.llama.weights import LayerWeights, LlamaWeights, check_weights
+from trt_kv.models.llama.weights import (
+    LayerWeights,
+    LlamaWeights,
+    check_weights,
+    layer_name,
+    quantized_matrices,
+    to_hf_tensors,
+)
 from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
+from trt_kv.quantization import QuantizedMatrix
+from trt_kv.quantization.network import QuantizedWeight
+from trt_kv.quantization.storage import check_weight_format, weight_storage
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LOGITS = "key_value_lengths", "logits"
 ROPE_LENGTHS = "rope_lengths"
 
 
-def _weight(g: Graph, w: np.ndarray) -> object:
-    """A ``[Out, In]`` weight as a ``[1, Out, In]`` constant for ``[B, S, In]`` inputs."""
+def _weight(g: Graph, sh: _Shared, name: str, w: np.ndarray) -> object:
+    """A ``[Out, In]`` weight as a ``[1, Out, In]`` constant for ``[B, S, In]`` inputs, or
+    its quantized form where the build keeps one (``sh.quantized``, by Hugging Face name)."""
+    if name in sh.quantized:
+        return QuantizedWeight(sh.quantized[name])
     return g.const(w[None])
 
 
@@ -72,9 +88,11 @@ def _heads(g: Graph, x: object, n: int, h: int) -> object:
     return g.shuffle(x, (0, 0, n, h), second=(0, 2, 1, 3))
 
 
-def _project(g: Graph, x: object, w: np.ndarray, bias: np.ndarray | None) -> object:
-    """``x [B, S, In] @ w[Out, In]^T (+ bias [Out])``."""
-    y = g.linear(x, _weight(g, w))
+def _project(
+    g: Graph, sh: _Shared, i: int, key: str, lw: LayerWeights, bias: np.ndarray | None, x: object
+) -> object:
+    """``x [B, S, In] @ w[Out, In]^T (+ bias [Out])``, ``w`` layer ``i``'s ``key``."""
+    y = g.linear(x, _weight(g, sh, layer_name(i, key), getattr(lw, key)))
     return y if bias is None else g.add(y, g.const(bias[None, None]))
 
 
@@ -87,6 +105,7 @@ class _Shared:
     masks: Masks
     window: Masks | None  # the masks of sliding-window layers (config.window(i) set)
     caches: ModelCaches
+    quantized: dict[str, QuantizedMatrix]  # Hugging Face name -> the form the engine holds
 
 
 def _attention(
@@ -94,9 +113,9 @@ def _attention(
 ) -> object:
     """Self-attention of block ``i`` on ``x [B, S, D]`` -> ``[B, S, D]``."""
     nq, nkv, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = _heads(g, _project(g, x, lw.wq, lw.bq), nq, h)  # [B, Nq, S, H]
-    k = _heads(g, _project(g, x, lw.wk, lw.bk), nkv, h)  # [B, Nkv, S, H]
-    v = _heads(g, _project(g, x, lw.wv, lw.bv), nkv, h)
+    q = _heads(g, _project(g, sh, i, "wq", lw, lw.bq, x), nq, h)  # [B, Nq, S, H]
+    k = _heads(g, _project(g, sh, i, "wk", lw, lw.bk, x), nkv, h)  # [B, Nkv, S, H]
+    v = _heads(g, _project(g, sh, i, "wv", lw, lw.bv, x), nkv, h)
     if cfg.qk_norm:  # per head, over H, before RoPE
         q = rms_norm(g, q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_offset)
         k = rms_norm(g, k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_offset)
@@ -106,7 +125,7 @@ def _attention(
     masks = sh.masks if cfg.window(i) is None else sh.window
     out = attend(g, sh.routes.attention, q, k_all, v_all, masks, nkv)  # [B, Nq, S, H]
     out = g.shuffle(out, (0, 0, nq * h), first=(0, 2, 1, 3))  # [B, S, Nq*H]
-    return _project(g, out, lw.wo, lw.bo)
+    return _project(g, sh, i, "wo", lw, lw.bo, out)
 
 
 def _norm(g: Graph, cfg: LlamaConfig, x: object, weight: np.ndarray) -> object:
@@ -115,7 +134,8 @@ def _norm(g: Graph, cfg: LlamaConfig, x: object, weight: np.ndarray) -> object:
 
 def _block(g: Graph, cfg: LlamaConfig, i: int, lw: LayerWeights, x: object, sh: _Shared) -> object:
     x = g.add(x, _attention(g, cfg, i, lw, _norm(g, cfg, x, lw.attn_norm), sh))
-    weights = (_weight(g, w) for w in (lw.w_gate, lw.w_up, lw.w_down))
+    keys = ("w_gate", "w_up", "w_down")
+    weights = (_weight(g, sh, layer_name(i, k), getattr(lw, k)) for k in keys)
     return g.add(x, gated_mlp(g, _norm(g, cfg, x, lw.mlp_norm), *weights, cfg.activation))
 
 
@@ -126,7 +146,8 @@ class LlamaNetwork:
     builder: object
     network: object
     config: LlamaConfig
-    profiles: list[Profile]  # [decode (S = 1), prefill (S = 1..max_step_tokens)]
+    # [decode (S = 1), prefill (S = 1..max_step_tokens)]; [steps] with quantized weights
+    profiles: list[Profile]
     max_seq_len: int
     max_batch: int
     max_step_tokens: int
@@ -135,6 +156,8 @@ class LlamaNetwork:
     routes: Routes  # resolved: no "auto" left
     keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
     roles: DecoderRoles  # the decoder contract (trt_kv.builder.contract): what a runtime reads
+    weight_format: str | None = None  # None: every weight in ``dtype``
+    weight_storage: dict | None = None  # how each weight is held (see weight_storage())
 
     def metadata(self) -> dict:
         """What the sidecar records so a runtime can drive the engine."""
@@ -147,6 +170,7 @@ class LlamaNetwork:
             "dtype": self.dtype,
             "all_logits": self.all_logits,
             "routes": self.routes.to_json(),
+            "weights": self.weight_storage,
         }
 
 
@@ -181,6 +205,7 @@ def build_llama_network(
     dtype: str = defaults.DTYPE,
     all_logits: bool = False,
     routes: Routes | None = None,
+    weight_format: str | None = None,
 ) -> LlamaNetwork:
     """Build the decoder network: prefill (S up to ``max_step_tokens``) and decode (S = 1).
 
@@ -193,11 +218,18 @@ def build_llama_network(
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
         routes: the route of each part; "auto" (the default) takes the best the installed
             TensorRT has.
+        weight_format: None (or ``dtype``): every weight in ``dtype``; ``"int8"`` /
+            ``"int4"``: each product's matrix quantized at build time (symmetric per 32
+            weights: lossy); ``"keep"``: each matrix the checkpoint stores quantized (GGUF)
+            kept so, as INT8/INT4 with its block scales (see
+            :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
+            norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
             ``max_batch`` or ``max_step_tokens`` not an integer >= 1; ``max_seq_len`` past
-            2^31 - 1 (int32 write indices) or with RoPE tables that do not fit host memory.
+            2^31 - 1 (int32 write indices) or with RoPE tables that do not fit host memory;
+            ``weight_format`` not one of None, ``dtype``, "int8", "int4", "keep".
         ShapeError: ``max_step_tokens > max_seq_len``.
         ConfigError, ShapeError, DTypeError: ``weights`` that do not fit ``config``
             (:func:`~trt_kv.models.llama.weights.check_weights`).
@@ -209,7 +241,9 @@ def build_llama_network(
     check_table_memory(config, max_seq_len)
     if routes is not None and not isinstance(routes, Routes):
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
+    weight_format = check_weight_format(weight_format, dtype)
     check_weights(weights, config)
+    quantized = quantized_matrices(weights, weight_format)
     chosen = resolve_routes(routes)
     cfg = config
     builder, network = create_network()
@@ -236,7 +270,7 @@ def build_llama_network(
     if long_rope_after(cfg, max_seq_len) is not None:
         rope_lengths = network.add_input(ROPE_LENGTHS, trt.int32, (-1,))
     rope = add_rope(g, chosen.rope, cfg, position_ids, max_seq_len, rope_lengths)
-    shared = _Shared(chosen, rope, masks, window, caches)
+    shared = _Shared(chosen, rope, masks, window, caches, quantized)
 
     embed = g.const(weights.embed)  # [V, D]
     x = g.gather(embed, input_ids, 0)  # [B, S, D]
@@ -245,9 +279,18 @@ def build_llama_network(
     for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
         x = _block(g, cfg, i, lw, x, shared)
     x = _norm(g, cfg, x, weights.final_norm)
-    g.logits(x, embed if weights.lm_head is None else g.const(weights.lm_head), all_logits)
+    head = embed if weights.lm_head is None else g.const(weights.lm_head)
+    if "lm_head.weight" in quantized:
+        head = QuantizedWeight(quantized["lm_head.weight"])
+    g.logits(x, head, all_logits)
     name_dimensions(network)
-    profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
+    # one profile for quantized weights: TensorRT lays INT4 weights out per profile
+    profiles = decoder_profiles(
+        network,
+        max_batch=max_batch,
+        max_step_tokens=max_step_tokens,
+        one_profile=bool(quantized),
+    )
     return LlamaNetwork(
         builder,
         network,
@@ -261,4 +304,6 @@ def build_llama_network(
         chosen,
         g.keep,
         decoder_roles(network, profiles, long_rope_after=long_rope_after(cfg, max_seq_len)),
+        weight_format,
+        weight_storage(to_hf_tensors(weights), quantized, weight_format, dtype),
     )

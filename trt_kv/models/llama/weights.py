@@ -7,7 +7,7 @@ keep them as stored). Layouts are Hugging Face's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from trt_kv.errors import (
 )
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.progress import track
+from trt_kv.quantization import QuantizedMatrix, quantize_symmetric
 
 
 @dataclass
@@ -52,6 +53,9 @@ class LlamaWeights:
     layers: list[LayerWeights]
     final_norm: np.ndarray  # [D]
     lm_head: np.ndarray | None  # [V, D]; None when tied to ``embed``
+    # Hugging Face name -> the matrix as the checkpoint stores it quantized (GGUF), beside
+    # its float values above; what an engine built with weights="keep" holds
+    quantized: dict[str, QuantizedMatrix] = field(default_factory=dict, repr=False)
 
     @property
     def head(self) -> np.ndarray:
@@ -65,6 +69,7 @@ class LlamaWeights:
             [LayerWeights(**{k: cast(v) for k, v in vars(lw).items()}) for lw in self.layers],
             cast(self.final_norm),
             cast(self.lm_head),
+            self.quantized,
         )
 
 
@@ -129,12 +134,15 @@ def split_fused(tensors: dict[str, np.ndarray], config: LlamaConfig) -> dict[str
             continue
         parts = _FUSED[suffix]
         expected = (sum(rows[p] for p in parts), config.hidden_size)
-        if array.shape != expected:
+        if tuple(array.shape) != expected:
             raise ShapeError(mismatch(name, "shape", expected, array.shape))
         start = 0
         for part in parts:
-            out[f"{prefix}.layers.{index}.{_LAYER_NAMES[part]}"] = array[start : start + rows[part]]
-            start += rows[part]
+            end = start + rows[part]
+            quantized = isinstance(array, QuantizedMatrix)
+            piece = array.rows(start, end) if quantized else array[start:end]
+            out[f"{prefix}.layers.{index}.{_LAYER_NAMES[part]}"] = piece
+            start = end
     return out
 
 
@@ -183,10 +191,15 @@ def _ignored(name: str, config: LlamaConfig) -> bool:
     )
 
 
-def llama_weights(tensors: dict[str, np.ndarray], config: LlamaConfig) -> LlamaWeights:
+def llama_weights(
+    tensors: dict[str, np.ndarray],
+    config: LlamaConfig,
+    quantized: dict[str, QuantizedMatrix] | None = None,
+) -> LlamaWeights:
     """The model's arrays from a checkpoint's Hugging Face names (the only place the names
     are mapped; fused Phi-3 projections split), checked against ``config``; arrays keep their
-    dtype.
+    dtype. ``quantized``: the checkpoint's matrices as stored quantized
+    (``Checkpoint.quantized``), kept for the names the model has, fused ones split too.
 
     Raises:
         ConfigError: a tensor missing, or one the model has no place for (extra layers,
@@ -213,7 +226,10 @@ def llama_weights(tensors: dict[str, np.ndarray], config: LlamaConfig) -> LlamaW
             raise DTypeError(mismatch(name, "dtype one of", list(_FLOAT_KINDS), array.dtype))
         if array.shape != shape:
             raise ShapeError(mismatch(name, "shape", shape, array.shape))
-    return _from_named(tensors, config)
+    weights = _from_named(tensors, config)
+    stored = split_fused(quantized or {}, config)
+    weights.quantized = {k: q for k, q in stored.items() if shapes.get(k) == q.shape}
+    return weights
 
 
 def check_weights(weights: object, config: LlamaConfig) -> LlamaWeights:
@@ -284,3 +300,31 @@ def to_hf_tensors(weights: LlamaWeights) -> dict[str, np.ndarray]:
     if weights.lm_head is not None:
         out["lm_head.weight"] = weights.lm_head
     return out
+
+
+def layer_name(i: int, key: str) -> str:
+    """The Hugging Face name of layer ``i``'s ``key`` (a :class:`LayerWeights` field)."""
+    return f"model.layers.{i}.{_LAYER_NAMES[key]}"
+
+
+def quantized_matrices(weights: LlamaWeights, fmt: str | None) -> dict[str, QuantizedMatrix]:
+    """Hugging Face name -> the quantized form an engine holds for each product's matrix
+    (the projections and an untied LM head; never the embedding, which the network gathers
+    from): ``"keep"`` the checkpoint's own (``weights.quantized``; float matrices stay
+    float), ``"int8"`` / ``"int4"`` every matrix quantized symmetric per 32 (from its float
+    values: lossy), None none. Matrices whose K is not a multiple of 32 stay float."""
+    if fmt is None:
+        return {}
+    matrices = {
+        k: a
+        for k, a in to_hf_tensors(weights).items()
+        if a.ndim == 2 and k != "model.embed_tokens.weight"
+    }
+    if fmt == "keep":
+        return {k: weights.quantized[k] for k in matrices if k in weights.quantized}
+    bits = int(fmt.removeprefix("int"))
+    return {
+        k: quantize_symmetric(a, bits)
+        for k, a in track(matrices.items(), f"quantize {fmt}", unit="matrix")
+        if a.shape[1] % 32 == 0
+    }
