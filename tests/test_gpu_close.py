@@ -71,6 +71,36 @@ def test_close_frees_the_device_memory_and_later_use_raises(engine, make):
 
     name = type(backend).__name__
     with pytest.raises(ClosedError, match=rf"{name}: expected an open backend, got closed"):
+        backend.run(session.state.plan(range(2), [[7], [9]]))
+    lengths = session.state.lengths
+    with pytest.raises(ClosedError, match=rf"Session.step: expected an open backend \({name}\)"):
         session.step([[7], [9]])  # the next decode step of both sequences
-    with pytest.raises(ClosedError, match=r"device buffer: expected allocated memory, got freed"):
-        generate(session, PROMPTS, 1)  # starts by clearing the caches
+    with pytest.raises(ClosedError, match=r"Session.generate: expected an open backend"):
+        generate(session, PROMPTS, 1)
+    assert session.state.lengths.tolist() == lengths.tolist()
+
+
+@pytest.mark.parametrize("make", [_tensorrt, _polygraphy], ids=["tensorrt", "polygraphy"])
+def test_no_session_operation_changes_anything_after_close(engine, make):
+    backend = make(engine)
+    session = Session(backend)
+    session.prefill([[1, 2, 3], [4, 5]])
+    backend.close()
+    operations = {
+        "fork": lambda: session.fork(0, 1),
+        "reset": lambda: session.reset(0),
+        "reorder": lambda: session.reorder([1, 1]),
+        "crop": lambda: session.crop(0, 1),
+        "prefill": lambda: session.prefill([[1]]),
+        "decode": lambda: session.decode([1, 2]),
+        "snapshot": lambda: session.snapshot(0),
+        "restore": lambda: session.restore(0, {}),
+        "freeze": session.freeze,
+        "export_legacy": lambda: session.export_legacy([0]),
+        "import_legacy": lambda: session.import_legacy([], [0]),
+    }
+    for operation, call in operations.items():
+        with pytest.raises(ClosedError, match=rf"Session.{operation}: expected an open backend"):
+            call()
+        assert session.state.lengths.tolist() == [3, 2], operation
+    assert not session.state.frozen

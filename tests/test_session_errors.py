@@ -23,6 +23,7 @@ from trt_kv.runtime import HostCaches, Sampler, Session, generate
 V = TINY_GQA.vocab_size  # 64
 WEIGHTS = random_weights(TINY_GQA, seed=4, std=0.3)
 S_MAX, STEP = 12, 6
+T_RANGE = r"temperature: expected 0 \(greedy\) or a number in \[0.001, 1000\], got "
 
 
 def session(capacity=3):
@@ -185,10 +186,22 @@ def test_generate_refuses_out_of_vocabulary_prompts_before_resetting():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"temperature": -0.5}, "temperature: expected a finite number >= 0.0, got -0.5"),
-        ({"temperature": math.nan}, "temperature: expected a finite number >= 0.0, got nan"),
-        ({"temperature": math.inf}, "temperature: expected a finite number >= 0.0, got inf"),
+        (
+            {"temperature": -0.5},
+            r"temperature: expected 0 \(greedy\) or a number in \[0.001, 1000\], got -0.5",
+        ),
+        (
+            {"temperature": math.nan},
+            r"temperature: expected 0 \(greedy\) or a number in \[0.001, 1000\], got nan",
+        ),
+        (
+            {"temperature": math.inf},
+            r"temperature: expected 0 \(greedy\) or a number in \[0.001, 1000\], got inf",
+        ),
         ({"temperature": "1"}, "temperature: expected a real number, got '1'"),
+        ({"temperature": 1e-320}, T_RANGE + "1e-320"),  # logits / T overflowed: NaN
+        ({"temperature": 1e-4}, T_RANGE + "0.0001"),
+        ({"temperature": 1e4}, T_RANGE + "10000.0"),
         ({"temperature": 1.0, "top_k": 0}, "top_k: expected an integer >= 1, got 0"),
         ({"temperature": 1.0, "top_k": -3}, "top_k: expected an integer >= 1, got -3"),
         ({"temperature": 1.0, "top_k": 2.5}, "top_k: expected an integer, got 2.5"),

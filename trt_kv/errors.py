@@ -67,6 +67,10 @@ class ClosedError(TrtKvError, RuntimeError):
     """A backend, or the device memory it held, used after its ``close()``."""
 
 
+class ConcurrentUseError(TrtKvError, RuntimeError):
+    """A session used by a second thread while an operation of another thread runs."""
+
+
 class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 

@@ -62,6 +62,25 @@ def real(lo: float, hi: float | None = None) -> Callable[[str], float]:
     return parse
 
 
+def temperature(text: str) -> float:
+    """argparse type: ``--temperature``, 0 (greedy) or a number in
+    :data:`trt_kv.runtime.sampling.TEMPERATURES` (the sampler's own check)."""
+    from trt_kv.errors import ArgumentError
+    from trt_kv.runtime.sampling import check_temperature
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    try:
+        return check_temperature(value)
+    except ArgumentError as err:  # "temperature: expected ...": argparse names the option
+        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+
+
+temperature.__name__ = "temperature"
+
+
 def routes(text: str) -> object:
     """argparse type: ``--routes attention=primitive,rope=elementwise`` as a
     :class:`trt_kv.builder.Routes` (imported only when the option is given)."""

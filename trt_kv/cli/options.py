@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trt_kv.cli.checks import integer, real
+from trt_kv.cli.checks import integer, real, temperature
 from trt_kv.errors import ArgumentError, mismatch
 
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
@@ -21,7 +21,12 @@ def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens_help: str)
         "--ignore-eos", action="store_true", help="do not stop at the model's end-of-text ids"
     )
     p.add_argument("--max-new-tokens", type=integer(1), default=None, help=max_new_tokens_help)
-    p.add_argument("--temperature", type=real(0.0), default=0.0, help="0: greedy")
+    p.add_argument(
+        "--temperature",
+        type=temperature,
+        default=0.0,
+        help="0: greedy, else sample at this temperature (range: Sampler's TEMPERATURES)",
+    )
     p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
     p.add_argument(
         "--top-p",

@@ -19,8 +19,13 @@ from trt_kv.runtime.storage import CacheStorage
 class Backend(Protocol):
     """What :class:`~trt_kv.runtime.session.Session` needs of a backend (a user's own too):
     ``storage``, ``max_step_tokens``, ``vocab_size`` and ``run`` (:data:`REQUIRED`).
-    ``name`` is for display (trt_kv's backends and the CLI have one). ``long_rope_after`` is
-    optional: a backend without it is treated as None (no longrope re-prefill, ever)."""
+    ``name`` is for display (trt_kv's backends and the CLI have one). Optional, each treated
+    as absent when missing: ``long_rope_after`` (None: no longrope re-prefill, ever);
+    ``closed`` (True once the backend's ``close()`` ran: every session operation then raises
+    :class:`~trt_kv.errors.ClosedError` before changing anything); ``check_plan(plan)``
+    (raise what ``run(plan)`` would refuse for the step's shapes, e.g. a batch no
+    optimization profile holds, changing nothing: a prefill calls it before any slot is
+    reset)."""
 
     name: str
     storage: CacheStorage
@@ -29,6 +34,11 @@ class Backend(Protocol):
     # the length past which generate prefills a sequence again (longrope's
     # original_max_position_embeddings when S_max can pass it), else None. Optional.
     long_rope_after: int | None
+    closed: bool  # optional
+
+    def check_plan(self, plan: StepPlan) -> None:  # optional
+        """Raise (ShapeError...) what :meth:`run` would refuse for ``plan``; change nothing."""
+        ...
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """Run ``plan`` on ``storage`` (caches updated in place); logits ``[B, V]`` float32."""
@@ -62,6 +72,15 @@ def step_feed(plan: StepPlan, roles: DecoderRoles) -> dict[str, np.ndarray]:
     """The non-cache inputs of a step: each input of ``roles`` (the network's decoder
     contract, :mod:`trt_kv.builder.contract`) with the :class:`StepPlan` array of its role."""
     return {name: getattr(plan, attr) for name, attr in roles.feed_names().items()}
+
+
+def step_shapes(plan: StepPlan, roles: DecoderRoles, storage: CacheStorage) -> dict:
+    """The shape of every input of a step: the non-cache ones (:func:`step_feed`) and each
+    cache window ``[B, N, S_max, H]``."""
+    shapes = {name: host.shape for name, host in step_feed(plan, roles).items()}
+    window = (len(plan.counts), *storage.slot_shape)
+    shapes.update({a.input: window for a in storage.aliases})
+    return shapes
 
 
 def take_roles(backend: object, roles: DecoderRoles) -> None:

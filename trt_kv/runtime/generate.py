@@ -18,7 +18,6 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, CacheOverflowError, ShapeError, check_int, mismatch
 from trt_kv.progress import bar
-from trt_kv.runtime.cache_state import check_token_ids
 from trt_kv.runtime.penalty import check_repetition_penalty, penalize_repetitions
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
@@ -90,8 +89,26 @@ def generate(
             not callable (both may be None); ``repetition_penalty`` not a number > 0.
         CacheOverflowError: before any step, when a prompt plus ``max_new_tokens`` would not
             fit in ``S_max``.
+        ClosedError, ConcurrentUseError: the session's backend is closed, or another
+            thread uses the session (:meth:`Session.exclusive`), before anything else.
         Everything :meth:`Session.prefill` raises, before any slot changes.
     """
+    with session.exclusive("generate"):  # no other thread's step between ours
+        return _generate(
+            session, prompts, max_new_tokens, sampler, eos_ids, on_token, repetition_penalty
+        )
+
+
+def _generate(
+    session: Session,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    sampler: Sampler | None,
+    eos_ids: int | Iterable[int] | None,
+    on_token: Callable[[int, int], None] | None,
+    repetition_penalty: float,
+) -> Generation:
+    """:func:`generate`, the session held: its checks, then :func:`_loop`."""
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
         raise ShapeError(mismatch("prompts", "a list of token-id lists", "", repr(prompts)))
@@ -103,14 +120,7 @@ def generate(
         )
     sampler = sampler or Sampler()
     penalty = check_repetition_penalty(repetition_penalty)
-    one = isinstance(eos_ids, (str, bytes)) or not isinstance(eos_ids, Iterable)
-    stop = frozenset([eos_ids] if one and eos_ids is not None else eos_ids or ())
-    vocab = session.backend.vocab_size
-    for t in stop:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-            raise ArgumentError(mismatch("eos_ids", f"token ids in [0, {vocab})", "", repr(t)))
-    if stop:  # an id no logits row can produce would never stop anything
-        check_token_ids("eos_ids", np.fromiter(stop, np.int64, len(stop)), vocab)
+    stop = stop_ids(eos_ids, session.backend.vocab_size)
     s_max = session.state.max_seq_len
     for k, p in enumerate(prompts):
         if not hasattr(p, "__len__"):
@@ -124,6 +134,36 @@ def generate(
                     len(p) + max_new_tokens - 1,
                 )
             )
+    return _loop(session, prompts, max_new_tokens, sampler, stop, on_token, penalty)
+
+
+def stop_ids(eos_ids: object, vocab: int) -> frozenset[int]:
+    """``eos_ids`` (None, one id, or an iterable of ids; a NumPy array of either) as a set.
+
+    Raises:
+        ArgumentError: an entry that is not an integer in ``[0, vocab)`` (an id no logits
+            row can produce would never stop anything).
+    """
+    if isinstance(eos_ids, np.ndarray):
+        eos_ids = eos_ids.tolist()  # 0-d: one int; else a (nested) list
+    one = isinstance(eos_ids, (str, bytes)) or not isinstance(eos_ids, Iterable)
+    ids = [eos_ids] if one and eos_ids is not None else list(eos_ids or ())
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab:
+            raise ArgumentError(mismatch("eos_ids", f"token ids in [0, {vocab})", "", repr(t)))
+    return frozenset(int(t) for t in ids)
+
+
+def _loop(
+    session: Session,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    sampler: Sampler,
+    stop: frozenset[int],
+    on_token: Callable[[int, int], None] | None,
+    penalty: float,
+) -> Generation:
+    """:func:`generate` after its checks: prefill, then decode until every sequence stops."""
     # live tokens/s, unless the caller streams the tokens itself
     shown = None if on_token else bar(len(prompts) * max_new_tokens, "generate", unit="tok")
     start = time.perf_counter()

@@ -8,7 +8,7 @@ from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
-from trt_kv.runtime.backend import last_token_logits, step_feed, take_roles
+from trt_kv.runtime.backend import last_token_logits, step_feed, step_shapes, take_roles
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.host_memory import keep_freed_memory
 from trt_kv.runtime.profiles import select_profile
@@ -60,8 +60,12 @@ class InterpreterBackend:
         )
         self.profile: int | None = None  # the profile of the last step
 
+    def check_plan(self, plan: StepPlan) -> int:
+        """The profile that runs ``plan``. Raises ShapeError: none holds its shapes."""
+        return select_profile(self.net.profiles, step_shapes(plan, self.roles, self.storage))
+
     def run(self, plan: StepPlan) -> np.ndarray:
+        self.profile = self.check_plan(plan)
         feed = step_feed(plan, self.roles)
         feed.update(self.storage.window(plan.lo, len(plan.counts)))
-        self.profile = select_profile(self.net.profiles, {k: v.shape for k, v in feed.items()})
         return last_token_logits(self.plan.run(feed)[self.roles.logits], plan)

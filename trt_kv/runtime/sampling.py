@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from trt_kv.errors import check_int, check_real
+from trt_kv.errors import ArgumentError, check_int, check_real, mismatch
 
 
-@dataclass
+TEMPERATURES = (1e-3, 1e3)  # the range of a sampling temperature; 0 is greedy
+
+
+def check_temperature(value: object) -> float:
+    """``value`` as a temperature: 0 (greedy) or a finite number in :data:`TEMPERATURES`
+    (below, ``logits / T`` overflows float64 to inf and the softmax to NaN; above, sampling
+    is uniform to within float rounding).
+
+    Raises:
+        ArgumentError: anything else (the message gives the range).
+    """
+    lo, hi = TEMPERATURES
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(mismatch("temperature", "a real number", "", repr(value)))
+    t = float(value)
+    if t != 0 and not lo <= t <= hi:
+        raise ArgumentError(
+            mismatch("temperature", f"0 (greedy) or a number in [{lo:g}, {hi:g}]", "", value)
+        )
+    return t
+
+
+@dataclass(frozen=True)
 class Sampler:
     """``temperature == 0`` is greedy (argmax); else softmax(logits / T) over the tokens
     top-k and top-p keep, in Hugging Face's order (temperature, top-k, top-p): top-p keeps
@@ -17,24 +40,31 @@ class Sampler:
     token is dropped when the tokens less likely than it, itself included, sum to at most
     ``1 - top_p``; the most likely token always stays).
 
+    Immutable (its fields are checked once, when it is made); only the random generator's
+    state advances as it samples.
+
     Raises:
-        ArgumentError: ``temperature`` negative, NaN or infinite; ``top_k`` not None and not
-            an integer >= 1; ``seed`` not an integer >= 0; ``top_p`` not in ``[0, 1]``.
+        ArgumentError: ``temperature`` not 0 or in :data:`TEMPERATURES`; ``top_k`` not None
+            and not an integer >= 1; ``seed`` not an integer >= 0; ``top_p`` not in
+            ``[0, 1]``.
     """
 
     temperature: float = 0.0
     top_k: int | None = None
     seed: int = 0
     top_p: float = 1.0
-    rng: np.random.Generator = field(init=False)
+    rng: np.random.Generator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.temperature = check_real("temperature", self.temperature, 0.0)
-        if self.top_k is not None:
-            self.top_k = check_int("top_k", self.top_k, 1)
-        self.seed = check_int("seed", self.seed, 0)
-        self.top_p = check_real("top_p", self.top_p, 0.0, 1.0)
-        self.rng = np.random.default_rng(self.seed)
+        checked = {
+            "temperature": check_temperature(self.temperature),
+            "top_k": None if self.top_k is None else check_int("top_k", self.top_k, 1),
+            "seed": check_int("seed", self.seed, 0),
+            "top_p": check_real("top_p", self.top_p, 0.0, 1.0),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+        object.__setattr__(self, "rng", np.random.default_rng(self.seed))
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
         """``logits [B, V]`` -> token ids ``[B]`` int64."""

@@ -8,16 +8,39 @@ session.fork(0, 2); session.crop(1, 3); snap = session.snapshot(0)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 
-from trt_kv.errors import ShapeError, SlotError, check_int, mismatch
+from trt_kv.errors import (
+    ClosedError,
+    ConcurrentUseError,
+    ShapeError,
+    SlotError,
+    check_int,
+    mismatch,
+)
 from trt_kv.runtime.backend import Backend, check_backend
 from trt_kv.runtime.cache_state import CacheState, id_array
 from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
+
+F = TypeVar("F", bound=Callable)
+
+
+def _exclusive(method: F) -> F:
+    """Run ``method`` under :meth:`Session.exclusive`, named by its own name."""
+
+    @functools.wraps(method)
+    def wrapper(self: Session, *args: object, **kwargs: object) -> object:
+        with self.exclusive(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class Session:
@@ -26,6 +49,12 @@ class Session:
 
     ``long_rope_after`` is the backend's, or None when it has none (a user's backend need
     not: see :class:`~trt_kv.runtime.backend.Backend`).
+
+    One thread at a time: every operation but the queries (``length``, ``capacity``,
+    ``memory``) holds the session for its duration, and one started while another thread
+    holds it raises :class:`~trt_kv.errors.ConcurrentUseError` at once, naming both (it
+    neither waits nor changes anything). Every such operation first raises
+    :class:`~trt_kv.errors.ClosedError` when the backend is closed.
 
     Raises:
         ArgumentError: ``backend`` lacks a required attribute (each missing one named).
@@ -42,6 +71,38 @@ class Session:
             backend.max_step_tokens,
             backend.vocab_size,
         )
+        self._lock = threading.RLock()
+        self._holder = ""  # the operation holding the lock, for the error message
+
+    @contextmanager
+    def exclusive(self, operation: str) -> Iterator[None]:
+        """Hold the session for ``operation`` (the same thread may nest operations:
+        :func:`~trt_kv.runtime.generate.generate` holds it across its steps).
+
+        Raises:
+            ClosedError: the backend is closed (``backend.closed`` true).
+            ConcurrentUseError: another thread holds the session.
+        """
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentUseError(
+                mismatch(
+                    f"Session.{operation}",
+                    "one thread at a time",
+                    "",
+                    f"another thread in Session.{self._holder or '?'}",
+                )
+            )
+        outer, self._holder = self._holder, self._holder or operation
+        try:
+            if getattr(self.backend, "closed", False):
+                name = type(self.backend).__name__
+                raise ClosedError(
+                    mismatch(f"Session.{operation}", f"an open backend ({name})", "", "closed")
+                )
+            yield
+        finally:
+            self._holder = outer
+            self._lock.release()
 
     @property
     def capacity(self) -> int:
@@ -53,14 +114,19 @@ class Session:
         lo = check_int("lo", lo)
         if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
             raise ShapeError(mismatch("tokens", "one list of token ids per slot", "", repr(tokens)))
+        if isinstance(tokens, np.ndarray) and tokens.ndim != 2:
+            raise ShapeError(mismatch("tokens", "an array [B, S]", "", f"shape {tokens.shape}"))
         width = self.backend.max_step_tokens
         if step_width(tokens) > width:  # chunked prefill
             chunks = plan_chunks(self.state, lo, tokens, width, from_empty=from_empty)
         else:
             plan = self.state.plan(range(lo, lo + len(tokens)), tokens, from_empty=from_empty)
             chunks = [Chunk(plan, None)]
+        check_plan = getattr(self.backend, "check_plan", None)
         for chunk in chunks:
             self.storage.check_window(chunk.plan.lo)
+            if check_plan is not None:  # e.g. a batch no optimization profile holds
+                check_plan(chunk.plan)
         return chunks
 
     def _run(self, chunks: list[Chunk], batch: int) -> np.ndarray:
@@ -82,6 +148,7 @@ class Session:
             raise SlotError(mismatch("slots", "a sequence of slots", "", repr(slots)))
         return [self.state.check_slot(s) for s in slots]
 
+    @_exclusive
     def step(self, tokens: Sequence[Sequence[int]] | np.ndarray, lo: int = 0) -> np.ndarray:
         """Feed ``tokens[k]`` to slot ``lo + k`` (one list per slot, or an integer array
         ``[B, S]``); returns each one's last logits ``[B, V]``. A step wider than
@@ -93,6 +160,7 @@ class Session:
         """
         return self._run(self._plan(tokens, lo), len(tokens))
 
+    @_exclusive
     def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:
         """Reset slots ``lo ..`` and feed them ``prompts``; returns last logits ``[B, V]``.
 
@@ -105,6 +173,7 @@ class Session:
         self.storage.zero(lo, len(prompts))  # one fill per cache for the whole window
         return self._run(chunks, len(prompts))
 
+    @_exclusive
     def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:
         """One new token per slot ``lo, lo + 1, ...`` (ids ``[B]``, integers); returns logits
         ``[B, V]``. Raises as :meth:`step`; ShapeError when ``tokens`` is not 1-D."""
@@ -117,6 +186,7 @@ class Session:
     def length(self, slot: int) -> int:
         return self.state.length(slot)
 
+    @_exclusive
     def reset(self, slot: int | None = None) -> None:
         """Empty every slot (or one) and zero its buffers."""
         if slot is not None:
@@ -124,41 +194,52 @@ class Session:
         self.state.reset(slot)
         self.storage.zero(slot)
 
+    @_exclusive
     def crop(self, slot: int, length: int) -> None:
         """Keep the first ``length`` tokens (negative: drop the last ``-length``)."""
         self.state.crop(slot, length)
 
+    @_exclusive
     def fork(self, src: int, dst: int) -> None:
         """``dst`` gets a copy of ``src``'s cache and length (shared prefix)."""
         self.state.fork(src, dst)
         self.storage.copy_slot(src, dst)
 
+    @_exclusive
     def reorder(self, order: Sequence[int]) -> None:
         """Slot k takes slot ``order[k]`` (beam search ``reorder_cache`` / select)."""
         self.state.reorder(order)
         self.storage.reorder(order)
 
+    @_exclusive
     def freeze(self) -> None:
         """Later steps run but do not advance lengths (their cache rows are overwritten by
         the next committed step)."""
         self.state.freeze()
 
+    @_exclusive
     def unfreeze(self) -> None:
         self.state.unfreeze()
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
+        """:meth:`freeze` for the duration of a ``with`` block."""
+        with self.exclusive("frozen"):  # closed, or another thread's: raise before the block
+            pass
         with self.state.frozen_steps():
             yield
 
+    @_exclusive
     def snapshot(self, slot: int) -> Snapshot:
         """Host copies ``[N, L, H]`` of every cache of ``slot`` (L = its length)."""
         return self.storage.snapshot(slot, self.state.length(slot))
 
+    @_exclusive
     def restore(self, slot: int, snap: Snapshot) -> None:
         self.state.length(slot)
         self.state.set_length(slot, self.storage.restore(slot, snap))
 
+    @_exclusive
     def export_legacy(self, slots: Sequence[int]) -> tuple:
         """Per-layer ``(key, value)`` arrays ``[len(slots), N, L, H]``; all slots must hold
         the same length L (Hugging Face's legacy ``past_key_values``)."""
@@ -169,6 +250,7 @@ class Session:
             )
         return self.storage.export_legacy(slots, lengths.pop())
 
+    @_exclusive
     def import_legacy(
         self, past: Sequence[tuple[np.ndarray, np.ndarray]], slots: Sequence[int]
     ) -> None:

@@ -18,7 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv import dtypes
-from trt_kv.runtime.backend import check_open, last_token_logits, step_feed, take_roles
+from trt_kv.runtime.backend import (
+    check_open,
+    last_token_logits,
+    step_feed,
+    step_shapes,
+    take_roles,
+)
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
@@ -74,14 +80,18 @@ class PolygraphyBackend:
         self.runner.activate()
         self.closed = False
 
+    def check_plan(self, plan: StepPlan) -> int:
+        """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
+        ShapeError when no profile holds the step's shapes; changes nothing."""
+        check_open("PolygraphyBackend", self.closed)
+        return select_profile(self.meta.profiles, step_shapes(plan, self.roles, self.storage))
+
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("PolygraphyBackend", self.closed)
+        profile = self.check_plan(plan)  # ShapeError: no profile holds the step
         steps = step_feed(plan, self.roles)
         views = self.cache_views(plan.lo, len(plan.counts))
         feed: dict[str, object] = {**steps, **views}
-        shapes = {name: host.shape for name, host in steps.items()}
-        shapes.update({name: view.shape for name, view in views.items()})
-        profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
         if profile != self.runner.context.active_optimization_profile:
             self.runner.set_profile(profile)
         outputs = self.runner.infer(feed, copy_outputs_to_host=False)

@@ -40,7 +40,13 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, EngineRunError, mismatch
-from trt_kv.runtime.backend import check_open, last_token_logits, step_feed, take_roles
+from trt_kv.runtime.backend import (
+    check_open,
+    last_token_logits,
+    step_feed,
+    step_shapes,
+    take_roles,
+)
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.gpu.device import DeviceCaches
@@ -144,8 +150,7 @@ class TrtBackend:
     def _bind_all(self, plan: StepPlan, feed: dict[str, np.ndarray]) -> tuple:
         """Set the profile, every shape and address for ``plan``; returns the binding state."""
         ctx, b = self.context, len(plan.counts)
-        shapes = {name: host.shape for name, host in feed.items()}
-        shapes.update({a.input: (b, *self.storage.slot_shape) for a in self.meta.aliases})
+        shapes = step_shapes(plan, self.roles, self.storage)
         profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
         if profile != ctx.active_optimization_profile:
             ok = ctx.set_optimization_profile_async(profile, self.stream)
@@ -199,6 +204,12 @@ class TrtBackend:
         if len(self._graphs) >= MAX_GRAPHS:
             _destroy_graph(rt, *self._graphs.popitem(last=False)[1])
         self._graphs[state] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
+
+    def check_plan(self, plan: StepPlan) -> int:
+        """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
+        ShapeError when no profile holds the step's shapes; changes nothing."""
+        check_open("TrtBackend", self.closed)
+        return select_profile(self.meta.profiles, step_shapes(plan, self.roles, self.storage))
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
