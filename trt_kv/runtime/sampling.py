@@ -9,7 +9,6 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, check_int, check_real, mismatch
 
-
 TEMPERATURES = (1e-3, 1e3)  # the range of a sampling temperature; 0 is greedy
 
 
