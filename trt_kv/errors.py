@@ -71,6 +71,11 @@ class ConcurrentUseError(TrtKvError, RuntimeError):
     """A session used by a second thread while an operation of another thread runs."""
 
 
+class DeviceMemoryError(TrtKvError, MemoryError):
+    """A device allocation (cudaMalloc) failed: the message names the allocation, its bytes
+    and, for a backend's caches, the capacity that fits."""
+
+
 class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 

@@ -7,7 +7,13 @@ from functools import cache
 
 import numpy as np
 
-from trt_kv.errors import ArgumentError, ClosedError, GpuUnavailableError, mismatch
+from trt_kv.errors import (
+    ArgumentError,
+    ClosedError,
+    DeviceMemoryError,
+    GpuUnavailableError,
+    mismatch,
+)
 
 CPU_BACKENDS = ("reference", "interpreter")
 
@@ -48,16 +54,45 @@ def check(result: tuple) -> object:
     return values[0] if len(values) == 1 else tuple(values)
 
 
-class DeviceBuffer:
-    """``nbytes`` of device memory (cudaMalloc), freed on :meth:`free` or collection."""
+def free_device_bytes() -> int:
+    """Free bytes of the current device (``cudaMemGetInfo``)."""
+    from cuda.bindings import runtime as rt
 
-    def __init__(self, nbytes: int) -> None:
+    free, _ = check(rt.cudaMemGetInfo())
+    return int(free)
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory (cudaMalloc), freed on :meth:`free` or collection.
+
+    Raises:
+        DeviceMemoryError: cudaMalloc failed for want of memory (``cudaErrorMemoryAllocation``,
+            or a size past ``size_t``); the message names ``what``, the bytes asked for and
+            the bytes free.
+    """
+
+    def __init__(self, nbytes: int, what: str = "device buffer") -> None:
         from cuda.bindings import runtime as rt
 
         self._rt = rt
         self.nbytes = nbytes
         self.ptr = 0  # until cudaMalloc succeeds: a failed allocation leaves nothing to free
-        self.ptr = int(check(rt.cudaMalloc(max(nbytes, 1))))
+        size = max(nbytes, 1)
+        err, ptr = (
+            rt.cudaMalloc(size)
+            if size < 1 << 64
+            else (rt.cudaError_t.cudaErrorMemoryAllocation, 0)  # past size_t
+        )
+        if err == rt.cudaError_t.cudaErrorMemoryAllocation:
+            raise DeviceMemoryError(
+                mismatch(
+                    f"cudaMalloc of {what}",
+                    "a size that fits device memory",
+                    "",
+                    f"{nbytes:,} bytes asked, {free_device_bytes():,} bytes free",
+                )
+            )
+        self.ptr = int(check((err, ptr)))
 
     def address(self, offset: int = 0) -> int:
         """The device address ``offset`` bytes in.

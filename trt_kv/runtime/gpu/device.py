@@ -9,8 +9,8 @@ import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.builder.kv_cache import CacheAlias
-from trt_kv.errors import SlotError, mismatch
-from trt_kv.runtime.gpu.cuda import DeviceBuffer, require_gpu
+from trt_kv.errors import DeviceMemoryError, SlotError, mismatch
+from trt_kv.runtime.gpu.cuda import DeviceBuffer, free_device_bytes, require_gpu
 from trt_kv.runtime.storage import SCRATCH, CacheStorage
 
 ALIGNMENT = 256  # bytes; TensorRT's requirement for every bound tensor address
@@ -26,9 +26,24 @@ class DeviceCaches(CacheStorage):
         self.slot_bytes = {
             name: int(np.prod(self.slot_shape)) * dt.itemsize for name, dt in self.dtypes.items()
         }
-        self.buffers = {name: DeviceBuffer(capacity * nb) for name, nb in self.slot_bytes.items()}
         self.scratch: dict[str, DeviceBuffer] = {}  # the reorder's spare slot, once needed
+        self.buffers: dict[str, DeviceBuffer] = {}
+        for name, nb in self.slot_bytes.items():
+            self.buffers[name] = self._allocate(name, capacity, nb)
         self.zero()
+
+    def _allocate(self, name: str, capacity: int, slot_bytes: int) -> DeviceBuffer:
+        """One cache ``[capacity, N, S_max, H]``; on a failed cudaMalloc the caches made so
+        far are freed and DeviceMemoryError names the capacity that fits the free memory."""
+        try:
+            return DeviceBuffer(capacity * slot_bytes, f"cache {name}")
+        except DeviceMemoryError as err:
+            self.free()
+            per_slot = sum(self.slot_bytes.values())
+            raise DeviceMemoryError(
+                f"{err}; the caches take {per_slot:,} bytes per slot: expected capacity <= "
+                f"{free_device_bytes() // per_slot:,} on this device, got {capacity:,}"
+            ) from err
 
     def address(self, name: str, lo: int) -> int:
         """Device address of slot ``lo`` of cache ``name``: the start of a window
@@ -87,7 +102,10 @@ class DeviceCaches(CacheStorage):
     def reserve_scratch(self) -> None:
         """One ``cudaMalloc`` of a slot per cache, freed with the caches."""
         if not self.scratch:
-            self.scratch = {name: DeviceBuffer(nb) for name, nb in self.slot_bytes.items()}
+            self.scratch = {
+                name: DeviceBuffer(nb, f"reorder scratch slot {name}")
+                for name, nb in self.slot_bytes.items()
+            }
 
     def copy_slot(self, src: int, dst: int) -> None:
         """Device-to-device copies, one per cache."""

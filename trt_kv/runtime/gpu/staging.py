@@ -30,7 +30,7 @@ class StepInputs:
         self.names = sorted(names)
         size = max(_aligned(most_bytes) * len(self.names), ALIGNMENT)
         self.host = PinnedBuffer(size)
-        self.device = DeviceBuffer(size)
+        self.device = DeviceBuffer(size, "step inputs")
         self.views: dict[str, np.ndarray] = {}  # name -> its pinned array, for this layout
         self.used = 0  # bytes of the packed span
 

@@ -122,7 +122,7 @@ class TrtBackend:
         most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
         self.staging = StepInputs(frozenset(self.roles.feed_names()), most)
         rows = capacity * (self.max_step_tokens if self.roles.all_logits else 1)
-        self.logits = DeviceBuffer(rows * self.vocab_size * 4)
+        self.logits = DeviceBuffer(rows * self.vocab_size * 4, self.roles.logits)
 
     def memory(self) -> dict[str, int]:
         """Bytes of each cache buffer."""
