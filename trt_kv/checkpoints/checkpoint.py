@@ -74,3 +74,34 @@ def eos_ids(value: object, what: str) -> tuple[int, ...]:
     ):
         raise ConfigError(mismatch(what, "a token id >= 0 or a list of them", "", repr(value)))
     return tuple(dict.fromkeys(items))
+
+
+_BLOCK = 1 << 22  # elements checked at a time: a bounded temporary, warm in cache
+
+
+def check_finite(name: str, array: np.ndarray, source: str) -> None:
+    """Refuse a weight array holding NaN or infinities (a broken checkpoint would otherwise
+    run and produce argmax-of-NaN tokens). Integer and bool arrays pass unchecked.
+
+    Raises:
+        ConfigError: naming ``source``, the tensor, its dtype and how many values are NaN
+            and how many infinite.
+    """
+    if array.dtype.kind in "biu" or array.size == 0:
+        return
+    flat = array.reshape(-1)
+    for start in range(0, flat.size, _BLOCK):
+        if not np.isfinite(flat[start : start + _BLOCK]).all():
+            break
+    else:
+        return
+    nan = int(np.count_nonzero(np.isnan(flat)))
+    inf = int(flat.size - nan - np.count_nonzero(np.isfinite(flat)))
+    raise ConfigError(
+        mismatch(
+            f"{source}: {name}",
+            "finite weights",
+            "",
+            f"{nan:,} NaN and {inf:,} infinite of {flat.size:,} {array.dtype} values",
+        )
+    )

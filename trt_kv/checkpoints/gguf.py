@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.checkpoints.checkpoint import Checkpoint
+from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite
 from trt_kv.checkpoints.gguf_archs import (
     ROPE_TENSORS,
     TOP_TENSORS,
@@ -110,7 +110,8 @@ def _dequantize(tensor: object, dtype: np.dtype, path: Path) -> np.ndarray:
             )
         ) from err
     shape = tuple(int(d) for d in reversed(tensor.shape))  # GGUF lists ne0 (columns) first
-    return np.asarray(array, dtype=dtype).reshape(shape)
+    with np.errstate(over="ignore"):  # past float16's range: inf, refused by check_finite
+        return np.asarray(array, dtype=dtype).reshape(shape)
 
 
 _SPECIAL_KEYS = {
@@ -158,7 +159,8 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
     Raises:
         ConfigError: a missing or malformed file, an architecture not in ``ARCHITECTURES``
             (:mod:`.gguf_archs`, which also refuses metadata it does not build),
-            a tensor name or type not known, missing metadata.
+            a tensor name or type not known, missing metadata, a tensor holding NaN or
+            infinities once dequantized to ``dtype`` (:func:`~.checkpoint.check_finite`).
     """
     path = Path(path)
     reader = _open(path)
@@ -169,6 +171,8 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
     rope = {
         n: _dequantize(by_name[n], np.dtype(np.float32), path) for n in ROPE_TENSORS if n in by_name
     }
+    for n, array in rope.items():
+        check_finite(n, array, path.name)
     names = {n: _tensor_name(n, arch) for n in by_name if n not in ROPE_TENSORS}
     unknown = sorted(k for k, v in names.items() if v is None)
     if unknown:
@@ -205,6 +209,7 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
             # would carry 1's rounding step (2**-11) into every small w
             stored = _dequantize(by_name[name], np.dtype(np.float32), path)
             array = (stored - np.float32(arch.norm_offset)).astype(dtype)
+        check_finite(name, array, path.name)  # after dequantizing: as the model gets it
         tensors[hf_name] = array
     eos = [fields.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
     return Checkpoint(

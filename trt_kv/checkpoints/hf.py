@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.checkpoints.checkpoint import Checkpoint, eos_ids
+from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite, eos_ids
 from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
 
@@ -66,7 +66,8 @@ def read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
     """Every tensor of ``files`` by name (bfloat16 through ml_dtypes).
 
     Raises:
-        ConfigError: a file safetensors cannot read, or a name in two files.
+        ConfigError: a file safetensors cannot read, a name in two files, or a tensor
+            holding NaN or infinities (:func:`~.checkpoint.check_finite`).
     """
     from safetensors import SafetensorError, safe_open
 
@@ -82,6 +83,7 @@ def read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
                             mismatch(key, "in one file only", "", f"again in {path.name}")
                         )
                     tensors[key] = f.get_tensor(key)
+                    check_finite(key, tensors[key], path.name)
         except (SafetensorError, OSError, ValueError, TypeError) as err:
             if isinstance(err, ConfigError):
                 raise
