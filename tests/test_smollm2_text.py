@@ -72,7 +72,7 @@ def test_decode_equals_hugging_face_without_special_tokens(tokenizer, hf_tokeniz
 def test_streamed_pieces_join_to_the_decoded_text(tokenizer):
     ids = tokenizer.encode(TEXTS["emoji"] + TEXTS["accents"])
     stream = tokenizer.stream()
-    pieces = [stream.step(tokenizer.tokenizer, i) for i in ids]
+    pieces = [stream.step(i) for i in ids]
     assert "".join(p for p in pieces if p) == tokenizer.decode(ids)
     assert all("\ufffd" not in p for p in pieces if p)  # no half characters printed
 

@@ -23,6 +23,7 @@ from trt_kv.checkpoints.gguf_archs import (
     GgufArchitecture,
     architecture,
     hf_config,
+    token_id,
 )
 from trt_kv.checkpoints.gguf_blocks import keep_quantized
 from trt_kv.checkpoints.tokenizer import TextTokenizer
@@ -59,8 +60,17 @@ class _Fields:
         return key in self.fields
 
     def get(self, key: str, default: object = None) -> object:
+        """The value of ``key`` (``default`` when absent). Raises ConfigError: text that is
+        not UTF-8."""
         field = self.fields.get(key)
-        return default if field is None else field.contents()
+        if field is None:
+            return default
+        try:
+            return field.contents()
+        except UnicodeDecodeError as err:
+            raise ConfigError(
+                mismatch(f"{self.path.name}: {key}", "UTF-8 text", "", repr(err.object[:40]))
+            ) from err
 
     def require(self, key: str) -> object:
         if key not in self.fields:
@@ -126,9 +136,9 @@ def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
     """The file's tokenizer. Raises ConfigError: a special token id outside the vocabulary
     (named by its key), or what :meth:`TextTokenizer.from_gguf_vocab` raises."""
     tokens = fields.require("tokenizer.ggml.tokens")
-    ids = {name: fields.get(key) for name, key in _SPECIAL_KEYS.items()}
+    ids = {name: token_id(fields.get, key) for name, key in _SPECIAL_KEYS.items()}
     for name, value in ids.items():
-        if value is not None and not 0 <= int(value) < len(tokens):
+        if value is not None and not value < len(tokens):
             raise ConfigError(
                 mismatch(_SPECIAL_KEYS[name], f"a token id in [0, {len(tokens)})", "", value)
             )
@@ -140,7 +150,7 @@ def _tokenizer(fields: _Fields, arch: GgufArchitecture) -> TextTokenizer:
         merges=fields.get("tokenizer.ggml.merges", []),
         scores=fields.get("tokenizer.ggml.scores", []),
         token_types=fields.get("tokenizer.ggml.token_type", []),
-        special_ids={k: (None if v is None else int(v)) for k, v in ids.items()},
+        special_ids=ids,
         # llama.cpp (and transformers) add BOS to a SentencePiece vocabulary that does not
         # say otherwise
         add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", model == "llama")),
@@ -211,12 +221,12 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
             array = (stored - np.float32(arch.norm_offset)).astype(dtype)
         check_finite(name, array, path.name)  # after dequantizing: as the model gets it
         tensors[hf_name] = array
-    eos = [fields.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
+    eos = [token_id(fields.get, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
     return Checkpoint(
         name=path.stem,
         config=config,
         tensors=tensors,
-        eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos if e is not None)),
+        eos_token_ids=tuple(dict.fromkeys(e for e in eos if e is not None)),
         source=str(path),
         quantized=quantized,
         tokenizer_loader=partial(_tokenizer, fields, arch)

@@ -263,7 +263,8 @@ def hf_config(
             ``REFUSED_KEYS`` at a value not built, a sliding window
             in an architecture without one, a value length other than the key length, a
             rotary size other than the head size (partial only in phi3), RoPE factors that
-            are not llama3's. Each message names the key and the value.
+            are not llama3's, a head count below 1, a special token id that is not an
+            integer. Each message names the key and the value.
     """
     arch = architecture(arch_name, "hf_config")
     config: dict = {"model_type": arch.model_type, **arch.defaults}
@@ -277,6 +278,10 @@ def hf_config(
             raise _refuse(f"{arch_name}.{key}", what, value)
     if "vocab_size" not in config and meta("tokenizer.ggml.tokens") is not None:
         config["vocab_size"] = len(meta("tokenizer.ggml.tokens"))
+    for key in ("attention.head_count", "attention.head_count_kv"):
+        count = meta(f"{arch_name}.{key}")
+        if count is not None and (not isinstance(count, int) or count < 1):
+            raise _refuse(f"{arch_name}.{key}", "an integer >= 1", count)
     heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
     head_dim = config.get("head_dim") or (hidden // heads if heads and hidden else None)
     value_length = meta(f"{arch_name}.attention.value_length")
@@ -304,7 +309,20 @@ def hf_config(
     if any(".mlp." in n and n.endswith(".bias") for n in hf_names):
         config["mlp_bias"] = True
     for name in ("bos", "eos", "padding"):
-        token = meta(f"tokenizer.ggml.{name}_token_id")
+        token = token_id(meta, f"tokenizer.ggml.{name}_token_id")
         if token is not None:
-            config[f"{'pad' if name == 'padding' else name}_token_id"] = int(token)
+            config[f"{'pad' if name == 'padding' else name}_token_id"] = token
     return config
+
+
+def token_id(meta: Callable[..., object], key: str) -> int | None:
+    """The token id metadata ``key`` holds, or None when absent.
+
+    Raises:
+        ConfigError: a value that is not an integer >= 0 (a string, a float...), naming
+            ``key``.
+    """
+    value = meta(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise _refuse(key, "a token id (an integer >= 0)", value)
+    return value

@@ -82,7 +82,12 @@ def _byte_level_bpe(pre: str, tokens: Sequence[str], merges: Sequence[str]) -> T
         )
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges]
-    tokenizer = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
+    try:
+        tokenizer = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
+    except Exception as err:  # tokenizers raises a plain Exception: "Token `ab` out of vocabulary"
+        raise ConfigError(
+            mismatch("tokenizer.ggml.merges", "merges of tokens in the vocabulary", "", err)
+        ) from err
     tokenizer.pre_tokenizer = GGUF_PRE_TOKENIZERS[pre]()
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer

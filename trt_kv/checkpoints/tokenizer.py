@@ -16,7 +16,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, processors
 
 from trt_kv.checkpoints.gguf_vocab import GGUF_PRE_TOKENIZERS, gguf_vocab_tokenizer
-from trt_kv.errors import ConfigError, mismatch
+from trt_kv.errors import ArgumentError, ConfigError, mismatch
 
 
 class TextTokenizer:
@@ -36,7 +36,21 @@ class TextTokenizer:
 
     # -- text -> ids --------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """``text`` -> ids (with the model's BOS when it adds one and ``add_special_tokens``)."""
+        """``text`` -> ids (with the model's BOS when it adds one and ``add_special_tokens``).
+
+        Raises:
+            ArgumentError: ``text`` not a str, or holding characters UTF-8 cannot encode
+                (a command-line argument of bytes that are not UTF-8 arrives as lone
+                surrogates).
+        """
+        if not isinstance(text, str):
+            raise ArgumentError(mismatch("text", "a str", "", type(text).__name__))
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ArgumentError(
+                mismatch("text", "UTF-8 text", "", f"{text[:40]!r} (bytes that are not UTF-8)")
+            ) from err
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def apply_chat_template(
@@ -45,7 +59,8 @@ class TextTokenizer:
         """The prompt text the model's chat template makes of ``messages``.
 
         Raises:
-            ConfigError: the model has no chat template, or rendering it fails.
+            ConfigError: the model has no chat template, or rendering it fails (a jinja
+                error, or any exception the template's expressions raise).
         """
         if not self.chat_template:
             raise ConfigError(mismatch("--chat", "a model with a chat template", "", "none"))
@@ -72,6 +87,10 @@ class TextTokenizer:
             )
         except jinja2.exceptions.TemplateError as err:
             raise ConfigError(mismatch("chat template", "to render", "", err)) from err
+        except Exception as err:  # the template's own expression failed: {{ 1/0 }}...
+            raise ConfigError(
+                mismatch("chat template", "to render", "", f"{type(err).__name__}: {err}")
+            ) from err
 
     def encode_chat(
         self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
@@ -81,13 +100,34 @@ class TextTokenizer:
         return self.encode(text, add_special_tokens=False)
 
     # -- ids -> text --------------------------------------------------------------------------
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    def unknown(self, ids: Sequence[int]) -> list[int]:
+        """The ids of ``ids`` the tokenizer has no token for, in order, once each (a model's
+        vocabulary may be padded past its tokenizer's: Phi-3's 32064 for 32011 tokens)."""
+        to_token = self.tokenizer.id_to_token
+        return list(dict.fromkeys(i for i in map(int, ids) if to_token(i) is None))
 
-    def stream(self) -> decoders.DecodeStream:
-        """A decoder fed one id at a time (``.step(tokenizer, id)`` -> new text or None), so
-        characters split over several byte-level tokens print once whole."""
-        return decoders.DecodeStream(skip_special_tokens=True)
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of ``ids``; an id the tokenizer lacks is shown as ``<|id:N|>`` (see
+        :func:`unknown_id_text`), never dropped."""
+        ids = [int(i) for i in ids]
+        unknown = set(self.unknown(ids))
+        if not unknown:
+            return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        text, run = [], []
+        for i in [*ids, None]:
+            if i is not None and i not in unknown:
+                run.append(i)
+                continue
+            text.append(self.tokenizer.decode(run, skip_special_tokens=skip_special_tokens))
+            run = []
+            if i is not None:
+                text.append(unknown_id_text(i))
+        return "".join(text)
+
+    def stream(self) -> TextStream:
+        """A decoder fed one id at a time (``.step(id)`` -> new text or None), so characters
+        split over several byte-level tokens print once whole."""
+        return TextStream(self.tokenizer)
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -96,7 +136,9 @@ class TextTokenizer:
         present) as transformers saves them.
 
         Raises:
-            ConfigError: no ``tokenizer.json``, or a file that does not parse.
+            ConfigError: no ``tokenizer.json``, a file that does not parse,
+                ``tokenizer_config.json`` not a JSON object, ``chat_template.jinja`` not
+                UTF-8.
         """
         folder = Path(folder)
         path = folder / "tokenizer.json"
@@ -113,10 +155,16 @@ class TextTokenizer:
                 settings = json.loads(config_path.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise ConfigError(mismatch(str(config_path), "JSON", "", err)) from err
+            if not isinstance(settings, dict):
+                got = type(settings).__name__
+                raise ConfigError(mismatch(str(config_path), "a JSON object", "", got))
         template = settings.get("chat_template")
         jinja = folder / "chat_template.jinja"  # transformers >= 4.47 writes it apart
         if jinja.is_file():
-            template = jinja.read_text(encoding="utf-8")
+            try:
+                template = jinja.read_text(encoding="utf-8")
+            except UnicodeDecodeError as err:
+                raise ConfigError(mismatch(str(jinja), "UTF-8 text", "", err)) from err
         special = {k: _token_text(settings.get(k)) for k in _SPECIAL_NAMES}
         return cls(tokenizer, chat_template=template, special_tokens=special)
 
@@ -170,6 +218,26 @@ class TextTokenizer:
             )
         special = {k: (None if i is None else tokens[i]) for k, i in special_ids.items()}
         return cls(tokenizer, chat_template=chat_template, special_tokens=special)
+
+
+def unknown_id_text(token_id: int) -> str:
+    """How an id the tokenizer has no token for is shown in text: ``<|id:61|>``."""
+    return f"<|id:{token_id}|>"
+
+
+class TextStream:
+    """Streaming decode of one sequence; an id the tokenizer lacks comes out as
+    :func:`unknown_id_text` (``tokenizers``' ``DecodeStream`` returns None for it)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.decoder = decoders.DecodeStream(skip_special_tokens=True)
+
+    def step(self, token_id: int) -> str | None:
+        """The new text ``token_id`` completes, or None while a character is incomplete."""
+        if self.tokenizer.id_to_token(int(token_id)) is None:
+            return unknown_id_text(int(token_id))
+        return self.decoder.step(self.tokenizer, int(token_id))
 
 
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")

@@ -278,7 +278,7 @@ class Stream:
 
     def __call__(self, k: int, token: int) -> None:
         if k == 0:
-            piece = self.decoder.step(self.tokenizer.tokenizer, token)
+            piece = self.decoder.step(token)
             if piece:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
@@ -337,6 +337,7 @@ def generate_and_print(
     """Generate, printing as ``--json`` / text (streamed for one text prompt) / ids asks."""
     import json
 
+    from trt_kv.checkpoints.tokenizer import unknown_id_text
     from trt_kv.runtime.generate import generate
     from trt_kv.runtime.session import Session
 
@@ -352,6 +353,14 @@ def generate_and_print(
         repetition_penalty=args.repetition_penalty,
     )
     texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
+    unknown = tokenizer.unknown([i for ids in result.ids for i in ids]) if tokenizer else []
+    if unknown:  # shown in the text as <|id:N|>; said once here
+        print(
+            f"trt-kv: note: the model produced ids its tokenizer has no token for "
+            f"({', '.join(map(str, unknown[:8]))}{', ...' if len(unknown) > 8 else ''}), "
+            f"shown as {unknown_id_text(unknown[0])}",
+            file=sys.stderr,
+        )
     where = " (emulated GPU)" if args.emulate_gpu else ""
     summary = f"{backend.name}{where}: {summary_text(result)}"
     if args.json:
