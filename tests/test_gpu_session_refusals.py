@@ -79,3 +79,21 @@ def test_a_capacity_beyond_device_memory_names_the_allocation_and_what_fits(engi
     gc.collect()
     if emulator.is_active():  # every allocation is counted (TensorRT may keep pools on a GPU)
         assert _free_bytes() == before  # nothing left allocated
+
+
+def test_fork_of_a_slot_onto_itself_changes_nothing(engine):
+    """Found by the state machine on the emulated device: fork(0, 0) was a cudaMemcpy of a
+    range onto itself (overlapping ranges: undefined behaviour in CUDA)."""
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
+
+    backend = TrtBackend(engine)
+    try:
+        s = Session(backend)
+        s.prefill([[1, 2, 3], [4, 5]])
+        rows = {name: backend.storage.read_slot(name, 0) for name in backend.storage.buffers}
+        s.fork(0, 0)
+        assert s.state.lengths.tolist() == [3, 2]
+        for name, before in rows.items():
+            assert backend.storage.read_slot(name, 0).tobytes() == before.tobytes(), name
+    finally:
+        backend.close()

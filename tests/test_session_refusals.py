@@ -10,7 +10,8 @@ from tiny_models import TINY_GQA
 
 from trt_kv.errors import ArgumentError, ConcurrentUseError, ShapeError
 from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.runtime import ReferenceBackend, Sampler, Session, generate
+from trt_kv.models.llama.reference_backend import ReferenceBackend
+from trt_kv.runtime import Sampler, Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 WEIGHTS = random_weights(TINY_GQA, seed=4, std=0.3)

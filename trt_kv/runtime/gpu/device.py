@@ -109,6 +109,8 @@ class DeviceCaches(CacheStorage):
 
     def copy_slot(self, src: int, dst: int) -> None:
         """Device-to-device copies, one per cache."""
+        if src == dst:  # cudaMemcpy of overlapping ranges is undefined: fork(s, s) is a no-op
+            return
         for name in self.buffers:
             source, src_offset = self._slot(name, src)
             target, dst_offset = self._slot(name, dst)
