@@ -79,10 +79,12 @@ def test_a_step_at_a_misaligned_window_is_refused_before_any_slot_changes(tmp_pa
 
 @pytest.mark.gpu(tensorrt=False)
 def test_a_failed_cuda_malloc_leaves_a_buffer_that_collects_cleanly():
+    from trt_kv.errors import DeviceMemoryError
     from trt_kv.runtime.gpu.cuda import DeviceBuffer
 
     buf = DeviceBuffer.__new__(DeviceBuffer)
-    with pytest.raises(RuntimeError, match="out of memory"):
+    match = "cudaMalloc of device buffer: expected a size that fits device memory, got 1,152,"
+    with pytest.raises(DeviceMemoryError, match=match):
         buf.__init__(1 << 60)  # no device has an exabyte
     buf.__del__()  # what garbage collection does next; no AttributeError (no ptr yet)
 
