@@ -25,7 +25,7 @@ def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens_help: str)
         "--temperature",
         type=temperature,
         default=0.0,
-        help="0: greedy, else sample at this temperature (range: Sampler's TEMPERATURES)",
+        help="sample at this temperature (refused outside Sampler's range, shown); 0: greedy",
     )
     p.add_argument("--top-k", type=integer(1), help="sample from the k most likely tokens")
     p.add_argument(
