@@ -2,6 +2,7 @@
 silent (issue 30): each is a named error naming the key or file, or (ids the tokenizer
 lacks) shown in the text."""
 
+import io
 import json
 import os
 
@@ -127,10 +128,8 @@ def test_ids_the_tokenizer_lacks_are_shown_not_dropped(tmp_path):
     assert [stream.step(i) for i in (1, 61, 2)] == ["a", "<|id:61|>", "b"]
 
 
-def test_a_padded_vocabulary_generates_and_shows_ids_its_tokenizer_lacks(tmp_path, capsys):
-    """A GGUF whose tokenizer has 10 tokens for a vocabulary of 97 (padded vocabularies are
-    normal: Phi-3's 32064 for 32011 tokens) is accepted; ids past the tokenizer are shown as
-    ``<|id:N|>`` in the text (they decoded into nothing) and said once on stderr."""
+def padded_gguf(tmp_path, **metadata):
+    """A GGUF whose tokenizer has 10 tokens for a vocabulary of 97 (seeded weights)."""
     config = transformers.LlamaConfig(
         vocab_size=97,
         hidden_size=32,
@@ -151,8 +150,17 @@ def test_a_padded_vocabulary_generates_and_shows_ids_its_tokenizer_lacks(tmp_pat
             "tokenizer.ggml.tokens": BYTES,
             "tokenizer.ggml.merges": ["a b"],
             "tokenizer.ggml.token_type": [3] + [1] * 9,
+            **metadata,
         },
     )
+    return path
+
+
+def test_a_padded_vocabulary_generates_and_shows_ids_its_tokenizer_lacks(tmp_path, capsys):
+    """A GGUF whose tokenizer has 10 tokens for a vocabulary of 97 (padded vocabularies are
+    normal: Phi-3's 32064 for 32011 tokens) is accepted; ids past the tokenizer are shown as
+    ``<|id:N|>`` in the text (they decoded into nothing) and said once on stderr."""
+    path = padded_gguf(tmp_path)
     argv = ["generate", "--model", str(path), "--prompt", "abc", "--backend", "reference"]
     assert main([*argv, "--max-new-tokens", "12", "--ignore-eos", "--json", "-q"]) == 0
     out, err = capsys.readouterr()
@@ -187,3 +195,16 @@ def test_gguf_merge_of_a_pair_not_in_the_vocabulary_is_refused_naming_the_key(tm
     match = r"tokenizer\.ggml\.merges: expected merges of tokens in the vocabulary, got .*bc"
     with pytest.raises(ConfigError, match=match):
         read_gguf(path).tokenizer()
+
+
+def test_chat_says_once_that_the_model_produced_ids_its_tokenizer_lacks(
+    tmp_path, capsys, monkeypatch
+):
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    path = padded_gguf(tmp_path, **{"tokenizer.chat_template": template})
+    monkeypatch.setattr("sys.stdin", io.StringIO("abc\nabc\n"))
+    argv = ["chat", "--model", str(path), "--backend", "reference", "--ignore-eos", "-q"]
+    assert main([*argv, "--max-new-tokens", "12"]) == 0
+    out, err = capsys.readouterr()
+    assert "<|id:" in out  # both answers show such ids; the note comes once
+    assert err.count("the model produced ids its tokenizer has no token for") == 1

@@ -124,6 +124,28 @@ def test_a_second_thread_on_a_busy_session_raises_and_changes_nothing(first, sec
     s.decode([7, 8])  # free again once the first returned
 
 
+def test_a_second_session_on_a_busy_backend_raises_and_changes_nothing():
+    """Two sessions on one backend share its caches: a step of one while another thread is
+    inside the other's step is refused, as on one session."""
+    backend = _Gated()
+    first, second = Session(backend), Session(backend)
+    backend.release.set()
+    first.prefill([[1, 2], [3, 4]])
+    backend.release.clear()
+    backend.entered.clear()
+    worker = threading.Thread(target=lambda: first.decode([5, 6]))
+    worker.start()
+    try:
+        assert backend.entered.wait(30)
+        with pytest.raises(ConcurrentUseError, match=r"Session.fork: .* in Session.decode"):
+            second.fork(0, 1)
+        np.testing.assert_array_equal(second.state.lengths, [0] * second.capacity)
+    finally:
+        backend.release.set()
+        worker.join(30)
+    second.fork(0, 1)  # free again once the first returned (one thread may use both)
+
+
 def test_the_sampler_is_immutable():
     """``s.temperature = -1.0`` after construction sampled the inverted distribution."""
     sampler = Sampler(1.0, top_k=3, seed=2)

@@ -61,7 +61,7 @@ def converse(
     session, sampler = Session(backend), options.sampler(args)
     terminal = sys.stdin.isatty()
     print(f"chat on {backend.name}: {HELP_TEXT}", file=sys.stderr)
-    history = list(opening)
+    history, noted = list(opening), False  # noted: ids the tokenizer lacks were said
     while True:
         if terminal:
             print("> ", end="", flush=True)
@@ -99,5 +99,9 @@ def converse(
             repetition_penalty=args.repetition_penalty,
         )
         print(flush=True)
+        note = None if noted else generate.unknown_ids_note(tokenizer, result.ids)
+        if note:  # once a conversation
+            print(note, file=sys.stderr)
+            noted = True
         print(f"{backend.name}: {generate.summary_text(result)}", file=sys.stderr)
         history = [*asked, {"role": "assistant", "content": tokenizer.decode(result.ids[0])}]

@@ -269,6 +269,21 @@ def check_before_loading(args: argparse.Namespace) -> None:
         engine_sidecar(args.engine)
 
 
+def unknown_ids_note(tokenizer: object, ids: list[list[int]]) -> str | None:
+    """The one stderr line saying that ``ids`` hold ids the tokenizer has no token for
+    (the text shows them as ``<|id:N|>``), or None when it has them all."""
+    from trt_kv.checkpoints.tokenizer import unknown_id_text
+
+    unknown = tokenizer.unknown([i for row in ids for i in row])
+    if not unknown:
+        return None
+    more = ", ..." if len(unknown) > 8 else ""
+    return (
+        f"trt-kv: note: the model produced ids its tokenizer has no token for "
+        f"({', '.join(map(str, unknown[:8]))}{more}), shown as {unknown_id_text(unknown[0])}"
+    )
+
+
 class Stream:
     """Writes sequence 0's text to stdout as its tokens arrive (whole characters only)."""
 
@@ -337,7 +352,6 @@ def generate_and_print(
     """Generate, printing as ``--json`` / text (streamed for one text prompt) / ids asks."""
     import json
 
-    from trt_kv.checkpoints.tokenizer import unknown_id_text
     from trt_kv.runtime.generate import generate
     from trt_kv.runtime.session import Session
 
@@ -353,14 +367,9 @@ def generate_and_print(
         repetition_penalty=args.repetition_penalty,
     )
     texts = [tokenizer.decode(ids) for ids in result.ids] if tokenizer else None
-    unknown = tokenizer.unknown([i for ids in result.ids for i in ids]) if tokenizer else []
-    if unknown:  # shown in the text as <|id:N|>; said once here
-        print(
-            f"trt-kv: note: the model produced ids its tokenizer has no token for "
-            f"({', '.join(map(str, unknown[:8]))}{', ...' if len(unknown) > 8 else ''}), "
-            f"shown as {unknown_id_text(unknown[0])}",
-            file=sys.stderr,
-        )
+    note = unknown_ids_note(tokenizer, result.ids) if tokenizer else None
+    if note:  # shown in the text as <|id:N|>; said once here
+        print(note, file=sys.stderr)
     where = " (emulated GPU)" if args.emulate_gpu else ""
     summary = f"{backend.name}{where}: {summary_text(result)}"
     if args.json:

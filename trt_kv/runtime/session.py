@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
@@ -43,6 +45,26 @@ def _exclusive(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@dataclass
+class _Guard:
+    """The lock of one backend's sessions and the operation holding it (for the message)."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    holder: str = ""
+
+
+_GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> _Guard
+
+
+def _guard_of(backend: object) -> _Guard:
+    """The guard every Session on ``backend`` shares (a backend that cannot be weakly
+    referenced gets one per Session)."""
+    try:
+        return _GUARDS.setdefault(backend, _Guard())
+    except TypeError:
+        return _Guard()
+
+
 class Session:
     """Cache slots of ``backend.storage`` and their lengths; every error is raised before
     anything runs.
@@ -51,9 +73,10 @@ class Session:
     not: see :class:`~trt_kv.runtime.backend.Backend`).
 
     One thread at a time: every operation but the queries (``length``, ``capacity``,
-    ``memory``) holds the session for its duration, and one started while another thread
-    holds it raises :class:`~trt_kv.errors.ConcurrentUseError` at once, naming both (it
-    neither waits nor changes anything). Every such operation first raises
+    ``memory``) holds the session, and its backend, for its duration, and one started while
+    another thread holds either (this session, or another session on the same backend)
+    raises :class:`~trt_kv.errors.ConcurrentUseError` at once, naming both (it neither waits
+    nor changes anything). Every such operation first raises
     :class:`~trt_kv.errors.ClosedError` when the backend is closed.
 
     Raises:
@@ -71,8 +94,7 @@ class Session:
             backend.max_step_tokens,
             backend.vocab_size,
         )
-        self._lock = threading.RLock()
-        self._holder = ""  # the operation holding the lock, for the error message
+        self._guard = _guard_of(backend)  # shared by every Session on this backend
 
     @contextmanager
     def exclusive(self, operation: str) -> Iterator[None]:
@@ -83,16 +105,17 @@ class Session:
             ClosedError: the backend is closed (``backend.closed`` true).
             ConcurrentUseError: another thread holds the session.
         """
-        if not self._lock.acquire(blocking=False):
+        guard = self._guard
+        if not guard.lock.acquire(blocking=False):
             raise ConcurrentUseError(
                 mismatch(
                     f"Session.{operation}",
                     "one thread at a time",
                     "",
-                    f"another thread in Session.{self._holder or '?'}",
+                    f"another thread in Session.{guard.holder or '?'}",
                 )
             )
-        outer, self._holder = self._holder, self._holder or operation
+        outer, guard.holder = guard.holder, guard.holder or operation
         try:
             if getattr(self.backend, "closed", False):
                 name = type(self.backend).__name__
@@ -101,8 +124,8 @@ class Session:
                 )
             yield
         finally:
-            self._holder = outer
-            self._lock.release()
+            guard.holder = outer
+            guard.lock.release()
 
     @property
     def capacity(self) -> int:
