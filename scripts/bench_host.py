@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from trt_kv.emulator import counting, emulated_gpu
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 from trt_kv.runtime import Session
+from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
 NAME = "smollm2-135m-random"
@@ -37,10 +39,9 @@ CAPTURES = {"none": False, "manual": "manual", "rtx": True}  # capture -> TrtBac
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
-def per_step(engine: Path, batch: int, cuda_graph: bool | str, steps: int, **kw: object) -> dict:
-    """Counts of ``steps`` decode steps at one binding state, per step, and the median host
-    time of one (microseconds)."""
-    backend = TrtBackend(engine, capacity=batch, cuda_graph=cuda_graph, **kw)
+def per_step(backend: object, batch: int, steps: int) -> dict:
+    """Counts of ``steps`` decode steps of ``backend`` (closed after) at one binding state,
+    per step, and the median host time of one (microseconds)."""
     try:
         session = Session(backend)
         session.prefill([[1, 2, 3, 4]] * batch)
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         ).path
         for batch in args.batch:
             for capture, cuda_graph in CAPTURES.items():
-                now = per_step(engine, batch, cuda_graph, args.steps)
-                before = per_step(engine, batch, cuda_graph, args.steps, rebind_every_step=True)
+                trt_backend = partial(TrtBackend, engine, capacity=batch, cuda_graph=cuda_graph)
+                now = per_step(trt_backend(), batch, args.steps)
+                before = per_step(trt_backend(rebind_every_step=True), batch, args.steps)
                 rows.append(
                     {
                         "backend": "tensorrt",
@@ -105,22 +107,38 @@ def main(argv: list[str] | None = None) -> int:
                         "cuda_calls": now["cuda_calls"],
                     }
                 )
+            # measured and reported, not held to the TensorRT backend's targets
+            poly = per_step(PolygraphyBackend(engine, capacity=batch), batch, args.steps)
+            rows.append(
+                {
+                    "backend": "polygraphy",
+                    "batch": batch,
+                    "cuda_graph": False,
+                    "capture": "none",
+                    **{k: v for k, v in poly.items() if not k.endswith("_calls")},
+                    "host_us_per_step_before": None,
+                    "trt_calls_per_step_before": None,
+                    "trt_calls": poly["trt_calls"],
+                    "cuda_calls": poly["cuda_calls"],
+                }
+            )
     if args.json:
         print(json.dumps(rows))
         return 0
     print(f"{NAME}, float16 engine, emulated device, median of {args.steps} decode steps")
     print(
-        "| batch | capture | TRT calls | CUDA calls | H2D B | D2H B | syncs | host us | "
+        "| backend | batch | capture | TRT calls | CUDA calls | H2D B | D2H B | syncs | host us | "
         "host us before | TRT calls before |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        before = r["host_us_per_step_before"]
         print(
-            f"| {r['batch']} | {r['capture']} | {r['trt_calls_per_step']:g} | "
+            f"| {r['backend']} | {r['batch']} | {r['capture']} | {r['trt_calls_per_step']:g} | "
             f"{r['cuda_calls_per_step']:g} | {r['h2d_bytes_per_step']:g} | "
             f"{r['d2h_bytes_per_step']:g} | {r['syncs_per_step']:g} | "
-            f"{r['host_us_per_step']:.0f} | {r['host_us_per_step_before']:.0f} | "
-            f"{r['trt_calls_per_step_before']:g} |"
+            f"{r['host_us_per_step']:.0f} | {'-' if before is None else f'{before:.0f}'} | "
+            f"{r['trt_calls_per_step_before'] or '-'} |"
         )
     return 0
 

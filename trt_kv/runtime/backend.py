@@ -13,6 +13,7 @@ import numpy as np
 from trt_kv.builder.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, ClosedError, mismatch
 from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.profiles import select_profile
 from trt_kv.runtime.storage import CacheStorage
 
 
@@ -81,6 +82,27 @@ def step_shapes(plan: StepPlan, roles: DecoderRoles, storage: CacheStorage) -> d
     window = (len(plan.counts), *storage.slot_shape)
     shapes.update({a.input: window for a in storage.aliases})
     return shapes
+
+
+class StepProfiles:
+    """The optimization profile of a step, chosen once per step shape ``(B, S)`` (every
+    input's shape follows from it): a step's check costs a lookup.
+
+    Raises (on call):
+        ShapeError: no profile holds the step's shapes (as :func:`select_profile`).
+    """
+
+    def __init__(self, profiles: list, roles: DecoderRoles, storage: CacheStorage) -> None:
+        self.profiles, self.roles, self.storage = profiles, roles, storage
+        self._chosen: dict[tuple[int, int], int] = {}
+
+    def __call__(self, plan: StepPlan) -> int:
+        key = plan.input_ids.shape
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            shapes = step_shapes(plan, self.roles, self.storage)
+            chosen = self._chosen[key] = select_profile(self.profiles, shapes)
+        return chosen
 
 
 def take_roles(backend: object, roles: DecoderRoles) -> None:

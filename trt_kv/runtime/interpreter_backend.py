@@ -8,10 +8,9 @@ from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
-from trt_kv.runtime.backend import last_token_logits, step_feed, step_shapes, take_roles
+from trt_kv.runtime.backend import StepProfiles, last_token_logits, step_feed, take_roles
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.host_memory import keep_freed_memory
-from trt_kv.runtime.profiles import select_profile
 from trt_kv.runtime.storage import HostCaches
 
 
@@ -59,10 +58,11 @@ class InterpreterBackend:
             cache_aliases(net.network), capacity or roles.max_batch, wide_float16_caches=wide
         )
         self.profile: int | None = None  # the profile of the last step
+        self.step_profile = StepProfiles(net.profiles, roles, self.storage)
 
     def check_plan(self, plan: StepPlan) -> int:
         """The profile that runs ``plan``. Raises ShapeError: none holds its shapes."""
-        return select_profile(self.net.profiles, step_shapes(plan, self.roles, self.storage))
+        return self.step_profile(plan)
 
     def run(self, plan: StepPlan) -> np.ndarray:
         self.profile = self.check_plan(plan)

@@ -19,16 +19,15 @@ import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.runtime.backend import (
+    StepProfiles,
     check_open,
     last_token_logits,
     step_feed,
-    step_shapes,
     take_roles,
 )
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
-from trt_kv.runtime.profiles import select_profile
 
 
 def _cache_view_class() -> type:
@@ -70,6 +69,7 @@ class PolygraphyBackend:
         self.meta = loaded.meta
         take_roles(self, loaded.roles)
         self.storage = DeviceCaches(self.meta.aliases, loaded.capacity)
+        self.step_profile = StepProfiles(self.meta.profiles, self.roles, self.storage)
         self.view_dtypes = {
             a.input: DataType.from_dtype(dtypes.to_trt(a.dtype), "tensorrt")
             for a in self.meta.aliases
@@ -84,7 +84,7 @@ class PolygraphyBackend:
         """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
         ShapeError when no profile holds the step's shapes; changes nothing."""
         check_open("PolygraphyBackend", self.closed)
-        return select_profile(self.meta.profiles, step_shapes(plan, self.roles, self.storage))
+        return self.step_profile(plan)
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("PolygraphyBackend", self.closed)

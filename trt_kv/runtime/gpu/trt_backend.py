@@ -41,6 +41,7 @@ import numpy as np
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, EngineRunError, mismatch
 from trt_kv.runtime.backend import (
+    StepProfiles,
     check_open,
     last_token_logits,
     step_feed,
@@ -53,7 +54,6 @@ from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
 from trt_kv.runtime.gpu.staging import StepInputs
-from trt_kv.runtime.profiles import select_profile
 
 GraphMode = Literal["runtime", "manual"]
 # Captured decode graphs kept by one backend (manual capture): one per binding state
@@ -118,6 +118,7 @@ class TrtBackend:
         self._bound: tuple | None = None  # (lo, B, S) the context's bindings are set for
         self._logits_shape: tuple[int, ...] = ()
         self.storage = DeviceCaches(self.meta.aliases, capacity)
+        self.step_profile = StepProfiles(self.meta.profiles, self.roles, self.storage)
         self.stream = create_stream()
         most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
         self.staging = StepInputs(frozenset(self.roles.feed_names()), most)
@@ -151,7 +152,7 @@ class TrtBackend:
         """Set the profile, every shape and address for ``plan``; returns the binding state."""
         ctx, b = self.context, len(plan.counts)
         shapes = step_shapes(plan, self.roles, self.storage)
-        profile = select_profile(self.meta.profiles, shapes)  # ShapeError: none holds them
+        profile = self.step_profile(plan)  # ShapeError: none holds them
         if profile != ctx.active_optimization_profile:
             ok = ctx.set_optimization_profile_async(profile, self.stream)
             self._call(ok, "set_optimization_profile_async", profile)
@@ -209,7 +210,7 @@ class TrtBackend:
         """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
         ShapeError when no profile holds the step's shapes; changes nothing."""
         check_open("TrtBackend", self.closed)
-        return select_profile(self.meta.profiles, step_shapes(plan, self.roles, self.storage))
+        return self.step_profile(plan)
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
