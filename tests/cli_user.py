@@ -40,7 +40,13 @@ def run_in_terminal(*argv: str) -> tuple[int, str]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: exec at once, nothing of pytest's runs here
         os.execve(sys.executable, [sys.executable, "-m", "trt_kv", *argv], user_env())
-    chunks = []
+    return finish_terminal(pid, fd, b"")
+
+
+def finish_terminal(pid: int, fd: int, seen: bytes) -> tuple[int, str]:
+    """Read the terminal ``fd`` of child ``pid`` to its end, close it and wait for the
+    child: its exit code (negative: the signal that ended it) and ``seen`` plus the rest."""
+    chunks = [seen]
     while True:
         try:
             data = os.read(fd, 4096)

@@ -4,8 +4,11 @@ Tests marked ``gpu`` run on the real GPU when one is usable, unchanged. Without 
 machine here) they run on the emulated GPU: setup, call and teardown of each such test happen
 inside ``trt_kv.emulator.emulated_gpu()``, so module fixtures (engines, device buffers) made
 for one gpu test stay usable by the next. ``@pytest.mark.gpu(tensorrt=False)`` marks a test
-that needs CUDA only (it runs emulated even without a TensorRT runtime stand-in). nvcc tests
-skip with a clear reason without nvcc.
+that needs CUDA only (it runs emulated even without a TensorRT runtime stand-in). On a real
+GPU whose compute capability the installed TensorRT does not run (TensorRT-RTX 1.7 on an
+H100/H200: every engine refused), the gpu tests that run engines skip, naming why
+(``trt_kv.runtime.gpu.cuda.tensorrt_refusal``); the CUDA-only ones run. nvcc tests skip with
+a clear reason without nvcc.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from contextlib import nullcontext
 import pytest
 from real_model import hf_saved_folder, hf_smollm2, hf_tokenizer, smollm2, smollm2_gguf
 
-from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
+from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
 REAL_GPU_REASON = gpu_unavailable_reason()  # None: a real GPU is usable
+# None: the installed TensorRT runs engines on that real GPU (TensorRT-RTX 1.7 on an H200: no)
+REAL_TRT_REASON = tensorrt_refusal() if REAL_GPU_REASON is None else None
 
 
 def emulated(item: pytest.Item) -> bool:
@@ -28,6 +33,8 @@ def emulated(item: pytest.Item) -> bool:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    if REAL_GPU_REASON is None and REAL_TRT_REASON is not None:
+        return f"gpu tests: on the real GPU, those that run engines skipped ({REAL_TRT_REASON})"
     if REAL_GPU_REASON is None:
         return "gpu tests: on the real GPU"
     return f"gpu tests: on the EMULATED GPU (no real one: {REAL_GPU_REASON})"
@@ -39,6 +46,11 @@ __all__ = ["hf_saved_folder", "hf_smollm2", "hf_tokenizer", "smollm2", "smollm2_
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker and marker.kwargs.get("tensorrt", True) and REAL_TRT_REASON is not None:
+            # a real GPU whose compute capability the installed TensorRT does not run: every
+            # engine would be refused at deserialization (TensorRT-RTX 1.7.1 on an H200)
+            item.add_marker(pytest.mark.skip(reason=f"runs a TensorRT engine: {REAL_TRT_REASON}"))
         if emulated(item):
             # @pytest.mark.gpu(tensorrt=False): the test needs CUDA only, not TensorRT's runtime
             needs = (

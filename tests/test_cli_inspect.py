@@ -2,25 +2,30 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from cli_user import run_cli, write_tiny_model
 
-ENGINE = "tiny-float16-s32-b2-t8.engine"
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    model = write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+def engine(tmp_path_factory, model):
     out = tmp_path_factory.mktemp("engines")
     args = ("--max-seq-len", "32", "--max-batch", "2", "--max-step-tokens", "8", "-q")
     run_cli("build", "--model", model, "--out", out, *args)
-    return out / ENGINE
+    (path,) = out.glob("tiny-*-float16-s32-b2-t8.engine")  # the weights' digest in the name
+    return path
 
 
 def test_text_shows_tensors_with_profiles_aliases_recipe_and_checksum(engine):
     out = run_cli("inspect", engine).stdout
-    assert f"{ENGINE}  ({engine.stat().st_size:,} bytes, checksum ok)" in out
+    assert f"{engine.name}  ({engine.stat().st_size:,} bytes, checksum ok)" in out
+    assert "GPU targets  portable" in out
     assert "routes       cache_update: layer" in out
     assert "build        dtype=float16 max_seq_len=32 max_batch=2 max_step_tokens=8" in out
     rows = {
@@ -78,7 +83,7 @@ def test_json_has_the_recipe_versions_and_tensor_modes(engine):
 
 
 def test_a_tampered_engine_shows_a_checksum_mismatch(engine, tmp_path):
-    copy = tmp_path / ENGINE
+    copy = tmp_path / engine.name
     copy.write_bytes(engine.read_bytes()[:-1] + b"\x00")
     shutil.copy(f"{engine}.json", f"{copy}.json")
     out = run_cli("inspect", copy).stdout
@@ -109,9 +114,9 @@ def _config_a_string(text: bytes) -> bytes:
     ids=["not-json", "not-utf8", "config-not-an-object"],
 )
 def test_a_broken_sidecar_is_one_error_line_naming_it(engine, tmp_path, edit, error):
-    copy = tmp_path / ENGINE
+    copy = tmp_path / engine.name
     shutil.copy(engine, copy)
-    (tmp_path / f"{ENGINE}.json").write_bytes(edit((engine.parent / f"{ENGINE}.json").read_bytes()))
+    (tmp_path / f"{engine.name}.json").write_bytes(edit(Path(f"{engine}.json").read_bytes()))
     out = run_cli("inspect", copy, check=False)
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.startswith(f"trt-kv: error: {copy}.json: {error}")
@@ -133,21 +138,27 @@ def test_a_static_batch_is_the_default_batch_of_the_cache_total(tmp_path):
     }
 
 
-def test_emulated_gpu_adds_the_engine_inspectors_layer_names(engine):
+def test_emulated_gpu_adds_the_engine_inspectors_layer_names(engine, model):
     from trt_kv.examples import load_model
     from trt_kv.jobs import BuildOptions
     from trt_kv.models.llama import build_llama_network
 
-    r = json.loads(run_cli("inspect", engine, "--json", "--emulate-gpu").stdout)
+    r = json.loads(run_cli("inspect", engine, "--json", "--emulate-gpu", "--model", model).stdout)
     assert r["emulated_gpu"] is True
     assert r["layers_source"].startswith("emulated TensorRT engine inspector, LAYER_NAMES_ONLY")
     # the network of the engine's recipe, built here: its layers, one inspector entry each
-    model = load_model(r["recipe"]["recipe"]["model"], progress=False)
+    assert r["recipe"]["recipe"]["model"] == "tiny"  # a name, not a path
+    loaded = load_model(model, progress=False)
     options = BuildOptions(**r["recipe"]["build_options"]).network_options()
-    network = build_llama_network(model.config, model.weights, **options).network
+    network = build_llama_network(loaded.config, loaded.weights, **options).network
     names = [network.get_layer(i).name for i in range(network.num_layers)]
     assert r["layers"] == names
     assert {"kv_cache_update:present_key.0", "kv_cache_update:present_value.1"} <= set(names)
-    out = run_cli("inspect", engine, "--emulate-gpu").stdout
+    out = run_cli("inspect", engine, "--emulate-gpu", "--model", model).stdout
     assert f"\nlayers ({len(names)}, from emulated TensorRT engine inspector, " in out
     assert "\n  kv_cache_update:present_key.0\n" in out
+
+
+def test_emulated_gpu_without_the_model_says_what_it_lacks(engine):
+    out = run_cli("inspect", engine, "--emulate-gpu").stdout
+    assert "layers: not shown, " in out and "None (see the TensorRT log)" in out

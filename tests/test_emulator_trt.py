@@ -77,10 +77,19 @@ def test_doc_example_updates_the_bound_cache_in_place(gpu):
     assert out[3, 1, :, 0].tolist() == [56, 57, 58, -29, -30, -31, -32, 63]  # rows 3..6
 
 
-def test_unknown_engine_bytes_are_refused_with_the_reason(gpu):
+def test_unknown_engine_bytes_are_refused_with_the_reason():
+    builder, network = create_network()  # a whole engine built outside the emulator
+    x = network.add_input("never_seen_x", trt.float32, (3, 5))
+    network.mark_output(network.add_identity(x).get_output(0))
+    data = build_engine(builder, network, []).data
     log = Log()
-    assert trt.Runtime(log).deserialize_cuda_engine(b"not an engine") is None
-    assert "never seen" in log.errors[-1]
+    with emulated_gpu():
+        assert trt.Runtime(log).deserialize_cuda_engine(b"not an engine") is None
+        assert "malformed engine: expected an engine starting b'vtrt'" in log.errors[-1]
+        assert trt.Runtime(log).deserialize_cuda_engine(data[:-1]) is None  # truncated
+        assert f"expected {len(data)} bytes (the engine's header), got" in log.errors[-1]
+        assert trt.Runtime(log).deserialize_cuda_engine(data) is None
+        assert "never seen" in log.errors[-1]
 
 
 @pytest.mark.parametrize(
@@ -210,7 +219,7 @@ def test_a_sidecar_recipe_rebuilds_an_engine_built_elsewhere(tmp_path):
     from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     built = build_doc_example(tmp_path)  # outside the emulator: no build hook saw it
-    with emulated_gpu():
+    with emulated_gpu(engines=[built.path]):
         engine, _, _ = load_cuda_engine(built.path)
         assert engine.get_aliased_input_tensor("cache_out") == "cache"
 
@@ -222,9 +231,9 @@ def test_a_sidecar_without_a_recipe_is_refused(tmp_path):
     builder, network, profiles = doc_example_network("float16")  # built outside the emulator
     built = build_to_file(builder, network, profiles, tmp_path / "f16.engine", {"model": "x"})
     log = Log()
-    with emulated_gpu(), pytest.raises(EngineFileError, match="None"):
+    with emulated_gpu(engines=[tmp_path]), pytest.raises(EngineFileError, match="None"):
         load_cuda_engine(built.path)
-    with emulated_gpu():
+    with emulated_gpu(engines=[tmp_path]):
         assert trt.Runtime(log).deserialize_cuda_engine(built.path.read_bytes()) is None
     assert "no recipe" in log.errors[-1] or "'recipe'" in log.errors[-1]
 

@@ -6,7 +6,7 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv import FEATURES
-from trt_kv.engine_file import check_engine_aliases, load_engine_file, sidecar_path
+from trt_kv.engine_file import check_engine_io, load_engine_file, sidecar_path
 from trt_kv.errors import EngineFileError
 from trt_kv.jobs import build_doc_example, build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
@@ -126,7 +126,7 @@ def test_deserialized_engine_aliases_agree_with_sidecar(tmp_path):
     # emulated one, which runs engines built while it is active (the fixture may have been
     # built before, for a test that is not a gpu test).
     engine, _, meta = load_cuda_engine(build_tiny_engine(tmp_path).path)
-    check_engine_aliases(engine, meta)
+    check_engine_io(engine, meta)
     for alias in meta.aliases:
         assert engine.get_aliased_input_tensor(alias.output) == alias.input
 
@@ -151,7 +151,8 @@ def _edited(doc_engine, edit):
         (b"{not json", r"e\.engine\.json: expected a JSON sidecar"),
         (b"\xff\xfe{}", r"e\.engine\.json: expected UTF-8 text, got invalid start byte"),
         (b"[1, 2]", r"e\.engine\.json: sidecar: expected a JSON object, got list"),
-        (b"{}", r"sidecar: expected fields \['format', .*got no \['format', "),
+        (b"{}", r"sidecar: expected format 2, got None"),
+        (b'{"format": 2}', r"sidecar: expected fields \['trt_module', .*got no \['trt_module', "),
     ],
 )
 def test_malformed_sidecar_is_an_engine_file_error(doc_engine, tmp_path, content, match):
@@ -159,24 +160,110 @@ def test_malformed_sidecar_is_an_engine_file_error(doc_engine, tmp_path, content
         load_engine_file(_copy(doc_engine, tmp_path, content))
 
 
+def _alias(d, **changes):
+    d["alias_pairs"][0].update(changes)
+
+
+def _input(d, which, **changes):
+    next(t for t in d["inputs"] if t["name"] == which).update(changes)
+
+
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
         (lambda d: d.pop("sha256"), r"got no \['sha256'\]"),
-        (lambda d: d.update(format=2), "sidecar: expected format 1, got 2"),
-        (lambda d: d.update(bytes="12"), r"sidecar field 'bytes': expected type int, got '12'"),
-        (lambda d: d.update(inputs=[{"name": "x"}]), r"well-formed .* got KeyError\('shape'\)"),
-        (lambda d: d.update(alias_pairs=[7]), "well-formed alias"),
+        (lambda d: d.update(format=1), "sidecar: expected format 2, got 1"),
+        (
+            lambda d: d.update(bytes="12"),
+            r"sidecar field bytes: expected an integer >= 1, got '12'",
+        ),
+        (lambda d: d.update(bytes=0), r"sidecar field bytes: expected an integer >= 1, got 0"),
+        (lambda d: d.update(sha256="abc"), r"sha256: expected 64 lower-case hex digits"),
+        (lambda d: d.update(trt_module=""), r"trt_module: expected a non-empty string"),
+        (lambda d: d.update(build_seconds=-1), r"build_seconds: expected a number of seconds"),
+        (lambda d: d.update(cache_update="magic"), r"cache_update: expected one of"),
+        (lambda d: d.update(compute_capabilities="9"), r"compute_capabilities: expected"),
+        (lambda d: d.update(compute_capabilities=[]), r"compute_capabilities: expected"),
+        (lambda d: d.update(inputs=[{"name": "x"}]), r"inputs\[0\]: expected an object with keys"),
+        (lambda d: d.update(alias_pairs=[7]), r"alias_pairs\[0\]: expected an object with keys"),
+        (lambda d: _alias(d, shape="abc"), r"alias_pairs\[0\].shape: expected a list of dims"),
+        (lambda d: _alias(d, shape=[4, 2, -64, 1]), r"alias_pairs\[0\].shape: expected a list"),
+        (lambda d: _alias(d, shape=[4, 2, 0, 1]), r"alias_pairs\[0\].shape: expected a list"),
+        (lambda d: _alias(d, shape=[4, 2, 8]), r"alias_pairs\[0\].shape: .*4 of them"),
+        (lambda d: _alias(d, dtype="float64"), r"alias_pairs\[0\].dtype: expected one of"),
+        # the issue's case: caches the wrong size, snapshot returned zeros
+        (
+            lambda d: _alias(d, dtype="float16"),
+            r"alias_pairs\[0\]: expected the shape and dtype of input cache "
+            r"\(\(4, 2, 8, 1\), 'float32'\), got \(\(4, 2, 8, 1\), 'float16'\)",
+        ),
+        (
+            lambda d: _alias(d, shape=[4, 2, 16, 1]),
+            r"alias_pairs\[0\]: expected the shape and dtype of input cache",
+        ),
+        (lambda d: _alias(d, input="nope"), r"alias_pairs\[0\].input: expected a declared"),
+        (lambda d: _alias(d, output="cache"), r"alias_pairs\[0\].output: expected a declared"),
+        (lambda d: _input(d, "update", dtype="int4"), r"inputs\[1\].dtype: expected one of"),
+        (lambda d: _input(d, "update", name="cache"), r"inputs\[1\].name: expected a name used"),
+        (lambda d: d.update(write_indices="nope"), r"write_indices: expected a declared"),
         (
             lambda d: d.update(metadata=[]),
-            r"sidecar field 'metadata': expected type dict, got \[\]",
+            r"sidecar field metadata: expected an object, got \[\]",
         ),
     ],
 )
-def test_sidecar_missing_or_mistyped_fields_are_refused(doc_engine, tmp_path, edit, match):
+def test_sidecar_fields_are_checked_by_type_range_and_against_each_other(
+    doc_engine, tmp_path, edit, match
+):
     with pytest.raises(EngineFileError, match=match) as info:
         load_engine_file(_copy(doc_engine, tmp_path, _edited(doc_engine, edit)))
     assert "e.engine.json" in str(info.value)
+
+
+def _profile(d, name, k, shapes):
+    d["profiles"][k]["shapes"][name] = shapes
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            lambda d: _profile(d, "input_ids", 0, [[1, 1], [2, 1], [1, 1]]),
+            r"profiles\[0\].shapes.input_ids: expected min <= opt <= max",
+        ),
+        (
+            lambda d: _profile(d, "input_ids", 1, [[1], [2], [2]]),
+            r"profiles\[1\].shapes.input_ids: expected shapes matching \(-1, -1\), got \[1\]",
+        ),
+        (
+            lambda d: _profile(d, "past_key.0", 0, [[1, 2, 16, 8]] * 3),
+            r"shapes.past_key.0: expected shapes matching \(-1, 2, 32, 8\)",
+        ),
+        (
+            lambda d: _profile(d, "logits", 0, [[1, 1]] * 3),
+            r"profiles\[0\].shapes: expected declared network inputs, got 'logits",
+        ),
+        (
+            lambda d: d["profiles"][0]["shapes"].pop("input_ids"),
+            r"profiles\[0\]: expected shapes for every dynamic input, got none for",
+        ),
+        (
+            lambda d: _profile(d, "input_ids", 0, [[1, -1], [2, 1], [2, 1]]),
+            r"profiles\[0\].shapes.input_ids: expected \[min, opt, max\]",
+        ),
+    ],
+)
+def test_profiles_are_checked_against_the_declared_inputs(llama_engine, tmp_path, edit, match):
+    with pytest.raises(EngineFileError, match=match):
+        load_engine_file(_copy(llama_engine, tmp_path, _edited(llama_engine, edit)))
+
+
+def test_a_new_sidecar_field_is_one_row_of_the_table():
+    from trt_kv.sidecar import FIELDS, EngineMeta
+
+    # every EngineMeta attribute is written and read through FIELDS, and nothing else is
+    attrs = {f.attr for f in FIELDS}
+    assert attrs == set(EngineMeta.__dataclass_fields__)
 
 
 def test_malformed_sidecar_keeps_the_library_error_as_cause(doc_engine, tmp_path):

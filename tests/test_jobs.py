@@ -6,12 +6,14 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv.builder import Routes
+from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import ArgumentError
 from trt_kv.jobs import (
     BuildOptions,
     build_model_engine,
     find_model_engine,
     model_engine_path,
+    weights_digest,
 )
 from trt_kv.models.llama import LlamaConfig, random_weights
 
@@ -62,6 +64,10 @@ def test_every_option_pair_gives_another_file_name(tmp_path):
     assert len(paths) == len(variants)
 
 
+WEIGHTS = random_weights(TINY_GQA)
+DIGEST = weights_digest(WEIGHTS)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("engines")
@@ -69,13 +75,17 @@ def built(tmp_path_factory):
     return (
         out,
         BuildOptions(**options),
-        build_model_engine("tiny", TINY_GQA, random_weights(TINY_GQA), out_dir=out, **options),
+        build_model_engine("tiny", TINY_GQA, WEIGHTS, out_dir=out, **options),
     )
+
+
+def find(options, out, config=TINY_GQA, digest=DIGEST):
+    return find_model_engine("tiny", config, options, out, digest)
 
 
 def test_sidecar_holds_the_options_and_the_build_time(built):
     engine = built[2]
-    assert engine.path.name == "tiny-float32-s16-b2-t4.engine"
+    assert engine.path.name == f"tiny-{DIGEST[:8]}-float32-s16-b2-t4.engine"
     assert engine.meta.metadata["build_options"] == {
         "dtype": "float32",
         "max_seq_len": 16,
@@ -89,33 +99,113 @@ def test_sidecar_holds_the_options_and_the_build_time(built):
             "key_value_lengths": False,
         },
         "weight_format": None,
+        "compute_capability": "portable",
     }
+    assert engine.meta.metadata["recipe"] == {
+        "network": "llama",
+        "model": "tiny",  # its name, never a path of the machine that built it
+        "weights_sha256": DIGEST,
+    }
+    assert engine.meta.targets == ()  # portable
     assert engine.built_at.endswith("Z") and not engine.reused
 
 
-def test_the_same_options_and_config_find_the_engine_as_reused(built):
+def test_the_same_weights_options_and_config_find_the_engine_as_reused(built):
     out, options, engine = built
-    found = find_model_engine("tiny", TINY_GQA, options, out)
-    assert found is not None and found.reused
+    found, why = find(options, out)
+    assert found is not None and found.reused and why == ""
     assert (found.path, found.meta) == (engine.path, engine.meta)
 
 
-def test_another_config_or_option_finds_nothing(built):
-    out, options, _ = built
+def test_another_config_or_option_is_not_reused(built, tmp_path):
+    out, options, engine = built
     other = LlamaConfig(**{**dataclasses.asdict(TINY_GQA), "rms_norm_eps": 1e-3})
     assert other != TINY_GQA
-    assert find_model_engine("tiny", other, options, out) is None
-    assert find_model_engine("tiny", TINY_GQA, BuildOptions(max_seq_len=17), out) is None
+    assert find(options, out, config=other) == (None, "config changed in ['rms_norm_eps']")
+    assert find(BuildOptions(max_seq_len=17), out) == (None, "")  # another name: none found
+    # an engine whose sidecar records other options under this name (edited, say)
+    copy = _copy(engine, tmp_path, lambda d: d["metadata"]["build_options"].update(max_batch=3))
+    assert copy.name == engine.path.name
+    assert find(options, tmp_path) == (None, "build options changed in ['max_batch']")
+
+
+def _copy(engine, folder, edit=None):
+    """The engine and its sidecar copied into ``folder``, the sidecar edited by ``edit``."""
+    import json
+
+    copy = folder / engine.path.name
+    copy.write_bytes(engine.path.read_bytes())
+    side = json.loads(sidecar_path(engine.path).read_text())
+    if edit is not None:
+        edit(side)
+    sidecar_path(copy).write_text(json.dumps(side))
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (
+            lambda d: d["metadata"]["recipe"].update(weights_sha256="ab" * 32),
+            f"weights changed (sha256 abababab... -> sha256 {DIGEST[:8]}...)",
+        ),
+        (
+            lambda d: d.update(trt_version="1.6.0"),
+            "TensorRT changed (tensorrt_rtx 1.6.0 -> {module} {version})",
+        ),
+        (
+            lambda d: d.update(compute_capabilities=["8.9"]),
+            "GPU targets changed (8.9 -> portable)",
+        ),
+    ],
+)
+def test_each_difference_that_decides_the_engine_is_said(built, tmp_path, edit, why):
+    from trt_kv import FEATURES
+
+    _, options, engine = built
+    _copy(engine, tmp_path, edit)
+    assert find(options, tmp_path) == (
+        None,
+        why.format(module=FEATURES.module, version=FEATURES.version),
+    )
+
+
+def test_two_models_of_one_name_never_share_or_overwrite_an_engine(built, tmp_path):
+    """runs/a/model and runs/b/model (same config, other weights) gave one file name: the
+    second run reused the first model's engine and said "reused"."""
+    _, options, engine = built
+    _copy(engine, tmp_path)
+    other = random_weights(TINY_GQA, seed=7)
+    other_digest = weights_digest(other)
+    assert find(options, tmp_path, digest=other_digest) == (
+        None,
+        f"weights changed (sha256 {DIGEST[:8]}... -> sha256 {other_digest[:8]}...)",
+    )
+    shapes = {"dtype": "float32", "max_seq_len": 16, "max_batch": 2, "max_step_tokens": 4}
+    second = build_model_engine("tiny", TINY_GQA, other, out_dir=tmp_path, **shapes)
+    assert second.path != engine.path.parent / engine.path.name
+    assert sorted(p.name for p in tmp_path.glob("*.engine")) == sorted(
+        [engine.path.name, second.path.name]
+    )
+    assert find(options, tmp_path)[0].path.name == engine.path.name  # the first still reused
+    assert find(options, tmp_path, digest=other_digest)[0].path == second.path
 
 
 def test_a_tampered_engine_is_not_reused(built, tmp_path):
-    out, options, engine = built
-    copy = tmp_path / engine.path.name
+    _, options, engine = built
+    copy = _copy(engine, tmp_path)
     copy.write_bytes(engine.path.read_bytes()[:-1] + b"\0")
-    (tmp_path / (engine.path.name + ".json")).write_text(
-        (out / (engine.path.name + ".json")).read_text()
+    found, why = find(options, tmp_path)
+    assert found is None and why.startswith(f"{copy.name} is unusable (") and "sha256" in why
+
+
+def test_an_engine_without_its_sidecar_is_treated_as_absent_and_said(built, tmp_path):
+    _, options, engine = built
+    sidecar_path(_copy(engine, tmp_path)).unlink()
+    assert find(options, tmp_path) == (
+        None,
+        f"{engine.path.name} has no sidecar (treated as absent)",
     )
-    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is None
 
 
 @pytest.mark.parametrize(
@@ -127,7 +217,8 @@ def test_a_malformed_sidecar_means_rebuild_not_a_crash(built, tmp_path, sidecar)
     _, options, engine = built
     (tmp_path / engine.path.name).write_bytes(engine.path.read_bytes())
     (tmp_path / (engine.path.name + ".json")).write_bytes(sidecar)
-    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is None
+    found, why = find(options, tmp_path)
+    assert found is None and why.startswith(f"{engine.path.name} is unusable (")
 
 
 def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
@@ -142,7 +233,8 @@ def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
             "t",
             {"max_seqlen": 64},
             r"options: expected BuildOptions fields \['dtype', 'max_seq_len', 'max_batch', "
-            r"'max_step_tokens', 'all_logits', 'routes', 'weight_format'\], got \['max_seqlen'\]",
+            r"'max_step_tokens', 'all_logits', 'routes', 'weight_format', "
+            r"'compute_capability'\], got \['max_seqlen'\]",
         ),
         ("../t", {}, r"name: expected a file-name part \(no path separator\), got '../t'"),
         ("", {}, r"name: expected a file-name part \(no path separator\), got ''"),

@@ -19,6 +19,7 @@ _TABLE: dict[str, tuple[object, np.dtype]] = {
     "bool": (trt.bool, np.dtype(np.bool_)),
 }
 _BY_TRT = {v[0]: k for k, v in _TABLE.items()}
+NAMES = tuple(_TABLE)  # every dtype name a sidecar may hold
 
 
 def name_of(dtype: object) -> str:

@@ -1,143 +1,44 @@
 """Engine files: ``NAME.engine`` plus a JSON sidecar ``NAME.engine.json``.
 
-The sidecar records what the runtime needs without deserializing the engine (which takes a
-GPU): TensorRT module and version, alias pairs, each cache's name/shape/dtype, the
-write-index tensor, every network input and output, optimization profiles, the sha256 of the
-engine bytes, and free-form metadata (a model config, say). Loading checks checksum and
-versions; :func:`check_engine_aliases` checks a deserialized engine against the sidecar.
+The sidecar (:mod:`trt_kv.sidecar`: what it holds, every field checked when read) records
+what the runtime needs without deserializing the engine (which takes a GPU): TensorRT module
+and version, the compute capabilities the engine was built for, alias pairs, the write-index
+tensor, every network input and output, optimization profiles, the sha256 of the engine
+bytes, and free-form metadata (a model config, say). Loading checks checksum and versions;
+:func:`check_engine_io` checks a deserialized engine against the sidecar.
+
+Writes are atomic: both files go to temporary names in the target folder and are renamed
+into place, the sidecar last, so a reader never sees a new engine beside an old sidecar
+that vouches for it; a failed or interrupted write leaves no new file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from dataclasses import dataclass, field
+import os
 from pathlib import Path
 
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES
 from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
-from trt_kv.builder.kv_cache import CacheAlias, cache_aliases, cache_update_layers, source_input
+from trt_kv.builder.kv_cache import cache_aliases, cache_update_layers, source_input
 from trt_kv.errors import EngineFileError, mismatch
+from trt_kv.sidecar import EngineMeta, TensorSpec
 
-FORMAT = 1
-REQUIRED_FIELDS = (
-    "format",
-    "trt_module",
-    "trt_version",
-    "sha256",
-    "bytes",
-    "alias_pairs",
-    "write_indices",
-    "inputs",
-    "outputs",
-    "profiles",
-)
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A network input or output: name, declared shape (-1 = dynamic), dtype name."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-
-@dataclass(frozen=True)
-class EngineMeta:
-    """Everything the sidecar holds."""
-
-    trt_module: str
-    trt_version: str
-    sha256: str
-    nbytes: int
-    aliases: tuple[CacheAlias, ...]
-    write_indices: str | None
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    profiles: tuple[Profile, ...]
-    build_seconds: float = 0.0
-    metadata: dict = field(default_factory=dict)
-    cache_update: str | None = "layer"  # "layer" or "plugin"
-    roles: DecoderRoles | None = None  # the decoder contract (trt_kv.builder.contract)
-
-    def to_json(self) -> dict:
-        spec = lambda t: {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}  # noqa: E731
-        return {
-            "format": FORMAT,
-            "trt_module": self.trt_module,
-            "trt_version": self.trt_version,
-            "sha256": self.sha256,
-            "bytes": self.nbytes,
-            "alias_pairs": [a.to_json() for a in self.aliases],
-            "write_indices": self.write_indices,
-            "inputs": [spec(t) for t in self.inputs],
-            "outputs": [spec(t) for t in self.outputs],
-            "profiles": [p.to_json() for p in self.profiles],
-            "build_seconds": self.build_seconds,
-            "cache_update": self.cache_update,
-            "metadata": self.metadata,
-            **({} if self.roles is None else {"roles": self.roles.to_json()}),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> EngineMeta:
-        """Parse a sidecar dict.
-
-        Raises:
-            EngineFileError: a missing field, a field of the wrong type, or a ``format``
-                other than this trt_kv's.
-        """
-        if not isinstance(d, dict):
-            raise EngineFileError(mismatch("sidecar", "a JSON object", "", type(d).__name__))
-        missing = [k for k in REQUIRED_FIELDS if k not in d]
-        if missing:
-            raise EngineFileError(
-                mismatch("sidecar", "fields", list(REQUIRED_FIELDS), f"no {missing}")
-            )
-        if d["format"] != FORMAT:
-            raise EngineFileError(mismatch("sidecar", "format", FORMAT, repr(d["format"])))
-        spec = lambda t: TensorSpec(t["name"], tuple(t["shape"]), t["dtype"])  # noqa: E731
-        try:
-            meta = cls(
-                trt_module=_typed(d, "trt_module", str),
-                trt_version=_typed(d, "trt_version", str),
-                sha256=_typed(d, "sha256", str),
-                nbytes=_typed(d, "bytes", int),
-                aliases=tuple(CacheAlias.from_json(a) for a in _typed(d, "alias_pairs", list)),
-                write_indices=d["write_indices"],
-                inputs=tuple(spec(t) for t in _typed(d, "inputs", list)),
-                outputs=tuple(spec(t) for t in _typed(d, "outputs", list)),
-                profiles=tuple(Profile.from_json(p) for p in _typed(d, "profiles", list)),
-                build_seconds=d.get("build_seconds", 0.0),
-                metadata=_typed(d, "metadata", dict) if "metadata" in d else {},
-                cache_update=d.get("cache_update", "layer"),
-                roles=DecoderRoles.from_json(d["roles"]) if d.get("roles") else None,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise EngineFileError(
-                mismatch("sidecar", "well-formed alias, tensor and profile records", "", repr(err))
-            ) from err
-        return meta
-
-    def input(self, name: str) -> TensorSpec:
-        for t in self.inputs:
-            if t.name == name:
-                return t
-        raise EngineFileError(
-            mismatch("engine input", "one of", [t.name for t in self.inputs], name)
-        )
-
-
-def _typed(d: dict, key: str, kind: type) -> object:
-    value = d[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise EngineFileError(
-            mismatch(f"sidecar field {key!r}", "type", kind.__name__, repr(value))
-        )
-    return value
+__all__ = [
+    "EngineMeta",
+    "TensorSpec",
+    "check_engine_files",
+    "check_engine_io",
+    "describe",
+    "load_engine_file",
+    "read_sidecar",
+    "save_engine",
+    "sidecar_path",
+]
 
 
 def sidecar_path(engine_path: Path) -> Path:
@@ -159,9 +60,11 @@ def describe(
     profiles: list[Profile],
     metadata: dict | None = None,
     roles: DecoderRoles | None = None,
+    targets: tuple[tuple[int, int], ...] = (),
 ) -> EngineMeta:
-    """The sidecar content of an engine built from ``network`` (``roles``: its decoder
-    contract, :func:`~trt_kv.builder.contract.decoder_roles`, for an engine a session runs)."""
+    """The sidecar content of an engine built from ``network`` for ``targets`` (``()``:
+    portable); ``roles``: its decoder contract, :func:`~trt_kv.builder.contract.decoder_roles`,
+    for an engine a session runs."""
     return EngineMeta(
         trt_module=FEATURES.module,
         trt_version=FEATURES.version,
@@ -176,25 +79,45 @@ def describe(
         metadata=metadata or {},
         cache_update=cache_update_method(network),
         roles=roles,
+        targets=targets,
     )
 
 
 def save_engine(path: Path | str, built: BuiltEngine, meta: EngineMeta) -> Path:
-    """Write the engine bytes and the sidecar; returns the engine path.
+    """Write the engine bytes and the sidecar atomically; returns the engine path.
+
+    Both go to temporary files in ``path``'s folder (``.NAME.engine.<pid>.tmp``), then the
+    old sidecar (if any) is removed, the engine renamed into place, and the sidecar last. A
+    failure or an interrupt (Ctrl-C) at any point removes the temporary files: the folder
+    then holds no new file (an old engine may remain without its sidecar: readers treat
+    it as absent).
 
     Raises:
         EngineFileError: the folder cannot be made or the files cannot be written (a parent
-            that is a file, no permission...); the OSError is the cause.
+            that is a file, no permission, a full disk...); the OSError is the cause.
     """
     path = Path(path)
+    side = sidecar_path(path)
+    temps = [path.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (path, side)]
+    text = (json.dumps(meta.to_json(), indent=2) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(built.data)
-        sidecar_path(path).write_text(json.dumps(meta.to_json(), indent=2) + "\n")
+        for temp, data in zip(temps, (built.data, text)):
+            with open(temp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        side.unlink(missing_ok=True)  # the old sidecar must not vouch for the new engine
+        os.replace(temps[0], path)
+        os.replace(temps[1], side)
     except OSError as err:
         raise EngineFileError(
             mismatch(str(path), "a writable location", "", f"{type(err).__name__}: {err}")
         ) from err
+    finally:
+        for temp in temps:  # OSError: no folder held it (a parent is a file): none written
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
     return path
 
 
@@ -202,8 +125,8 @@ def read_sidecar(path: Path) -> EngineMeta:
     """The sidecar at ``path``, parsed and checked.
 
     Raises:
-        EngineFileError: unreadable, not UTF-8, not JSON, or not a trt_kv sidecar (see
-            :meth:`EngineMeta.from_json`); library errors are the cause.
+        EngineFileError: unreadable, not UTF-8, not JSON, or not a valid trt_kv sidecar
+            (see :meth:`EngineMeta.from_json`); library errors are the cause.
     """
     try:
         text = path.read_bytes().decode("utf-8")
@@ -246,9 +169,9 @@ def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[b
 
     Raises:
         EngineFileError: missing or unreadable file or sidecar; a malformed sidecar (not
-            UTF-8, not JSON, missing or mistyped fields, another ``format``); size or checksum
-            mismatch (tampered or truncated engine); an engine built by another TensorRT
-            module or version.
+            UTF-8, not JSON, a missing, mistyped or inconsistent field, another ``format``);
+            size or checksum mismatch (tampered or truncated engine); an engine built by
+            another TensorRT module or version.
     """
     path = Path(path)
     meta = read_sidecar(check_engine_files(path))
@@ -273,12 +196,40 @@ def load_engine_file(path: Path | str, *, check_version: bool = True) -> tuple[b
     return data, meta
 
 
-def check_engine_aliases(engine: object, meta: EngineMeta) -> None:
-    """Check a deserialized ``ICudaEngine`` aliases each cache output to its sidecar input.
+def check_engine_io(engine: object, meta: EngineMeta) -> None:
+    """Check a deserialized ``ICudaEngine`` declares exactly the sidecar's I/O: the same
+    tensor names, each with its mode (input/output), dtype and shape (-1 = dynamic), and
+    each cache output aliased to its sidecar input (``get_aliased_input_tensor``). Run
+    before any buffer is sized from the sidecar.
 
-    Plugin engines are exempt: TensorRT may not report plugin aliasing through
-    ``get_aliased_input_tensor``, so their pairs come from the sidecar alone.
+    Plugin engines are exempt from the alias check: TensorRT may not report plugin aliasing
+    through ``get_aliased_input_tensor``, so their pairs come from the sidecar alone.
+
+    Raises:
+        EngineFileError: naming the tensor and what differs.
     """
+    declared = {t.name: ("INPUT", t.dtype, t.shape) for t in meta.inputs}
+    declared |= {t.name: ("OUTPUT", t.dtype, t.shape) for t in meta.outputs}
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    if sorted(names) != sorted(declared):
+        raise EngineFileError(
+            mismatch("engine I/O tensors", "the sidecar's", sorted(declared), sorted(names))
+        )
+    for name in names:
+        actual = (
+            engine.get_tensor_mode(name).name,
+            dtypes.name_of(engine.get_tensor_dtype(name)),
+            tuple(engine.get_tensor_shape(name)),
+        )
+        if actual != declared[name]:
+            raise EngineFileError(
+                mismatch(
+                    f"engine tensor {name}",
+                    "(mode, dtype, shape) of the sidecar",
+                    declared[name],
+                    actual,
+                )
+            )
     if meta.cache_update == "plugin":
         return
     for alias in meta.aliases:

@@ -1,11 +1,15 @@
 """Build jobs: network -> engine bytes -> engine file with sidecar, as one call each.
 
-A model engine's file name and sidecar key come from :class:`BuildOptions`, every option
-that changes the built engine, so engines of other shapes never overwrite each other and a
-cached engine is reused only when every option matches. A new build option is a new field
-of :class:`BuildOptions` (and a keyword of every architecture's network builder, e.g.
-``build_llama_network``, of the same name): it joins the file name, the sidecar key and the
-build call without further edits. The architecture comes from the config's type
+A model engine's file name comes from the model's name, a short digest of its weights and
+:class:`BuildOptions` (every option that changes the built engine), so engines of other
+shapes or of other weights never overwrite each other. :func:`find_model_engine` reuses an
+engine only when everything that decides its bytes matches (weights sha256, config, every
+build option, routes, TensorRT module and version, compute-capability targets, decoder
+roles) and says otherwise why it must be rebuilt. A new build option is a new field of
+:class:`BuildOptions` (and a keyword of every architecture's network builder, e.g.
+``build_llama_network``, of the same name, unless its metadata says ``network=False``: an
+engine-build option such as the compute-capability targets): it joins the file name, the
+sidecar key and the build call without further edits. The architecture comes from the config's type
 (:mod:`trt_kv.models.architectures`); the sidecar records the network's decoder roles.
 """
 
@@ -20,23 +24,33 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from trt_kv import build_defaults as defaults
+from trt_kv._trt import FEATURES
 from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
-from trt_kv.engine_file import EngineMeta, describe, load_engine_file, save_engine
+from trt_kv.engine_file import (
+    EngineMeta,
+    describe,
+    load_engine_file,
+    read_sidecar,
+    save_engine,
+    sidecar_path,
+)
 from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
+from trt_kv.gpu_targets import PORTABLE, parse_targets
 from trt_kv.models.architectures import architecture_named, architecture_of
+from trt_kv.weights_id import weights_digest
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
+DIGEST_CHARS = 8  # hex digits of the weights sha256 in an engine's file name
 
 
-def _tag(tag: str, always: bool = True) -> dict:
-    """Field metadata: the file-name ``tag`` and whether it shows at its default value."""
-    return {"tag": tag, "always": always}
+def _tag(tag: str, always: bool = True, network: bool = True) -> dict:
+    """Field metadata: the file-name ``tag``, whether it shows at its default value, and
+    whether it is a keyword of the network builder (else of the engine build)."""
+    return {"tag": tag, "always": always, "network": network}
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,11 @@ class BuildOptions:
     routes: Routes = field(default_factory=Routes)
     # None: weights in ``dtype``; "int8" / "int4" / "keep" (see build_llama_network)
     weight_format: str | None = field(default=None, metadata=_tag("weights", always=False))
+    # GPU targets: "portable" (TensorRT-RTX's default), or "8.9" / "8.0,12.0"
+    # (IBuilderConfig.set_compute_capability; see trt_kv.gpu_targets)
+    compute_capability: str = field(
+        default=PORTABLE, metadata=_tag("cc", always=False, network=False)
+    )
 
     def __post_init__(self) -> None:
         if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
@@ -66,13 +85,26 @@ class BuildOptions:
             object.__setattr__(self, "routes", Routes.from_json(self.routes))
         if self.weight_format == self.dtype:  # weights in the activation dtype: the default
             object.__setattr__(self, "weight_format", None)
+        if isinstance(self.compute_capability, str) and self.compute_capability != PORTABLE:
+            parts = sorted({p.strip() for p in self.compute_capability.split(",")})
+            object.__setattr__(self, "compute_capability", ",".join(parts))  # one name each
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     def network_options(self) -> dict:
         """The keywords of ``build_llama_network``."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields = dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in fields if f.metadata.get("network", True)}
+
+    def targets(self, option: str = "compute_capability") -> tuple[tuple[int, int], ...]:
+        """The compute capabilities to build for (``()``: portable).
+
+        Raises:
+            ArgumentError: naming ``option``, for a target the installed TensorRT cannot
+                build for.
+        """
+        return parse_targets(self.compute_capability, FEATURES.module, FEATURES.version, option)
 
     def key(self) -> str:
         """The file-name part naming these options, e.g. ``"float16-s512-b8-t128"``."""
@@ -97,11 +129,13 @@ class BuildOptions:
 
 @dataclass(frozen=True)
 class BuiltFile:
-    """One engine on disk and its sidecar content; ``reused`` when found, not built."""
+    """One engine on disk and its sidecar content; ``reused`` when found, not built;
+    ``rebuilt``: why an engine found for it could not be reused ("" when none was found)."""
 
     path: Path
     meta: EngineMeta
     reused: bool = False
+    rebuilt: str = ""
 
     @property
     def built_at(self) -> str | None:
@@ -116,13 +150,16 @@ def build_to_file(
     path: Path,
     metadata: dict | None = None,
     roles: DecoderRoles | None = None,
+    targets: tuple[tuple[int, int], ...] = (),
 ) -> BuiltFile:
-    """Compile ``network`` and write ``path`` plus its sidecar (with the build time and
-    ``roles``, the decoder contract a session backend reads: None for a network that is not
-    a decoder, such as the doc example)."""
-    built = build_engine(builder, network, profiles)
+    """Compile ``network`` for ``targets`` (``()``: portable) and write ``path`` plus its
+    sidecar (with the build time and ``roles``, the decoder contract a session backend
+    reads: None for a network that is not a decoder, such as the doc example); nothing is
+    written when the build fails or is interrupted."""
+    built = build_engine(builder, network, profiles, targets=targets)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    meta = describe(network, built, profiles, {**(metadata or {}), BUILT_AT_KEY: stamp}, roles)
+    md = {**(metadata or {}), BUILT_AT_KEY: stamp}
+    meta = describe(network, built, profiles, md, roles, targets)
     return BuiltFile(save_engine(path, built, meta), meta)
 
 
@@ -163,8 +200,14 @@ def _reusable(path: Path, matches: Callable[[EngineMeta], bool]) -> BuiltFile | 
     return BuiltFile(path, meta, reused=True) if matches(meta) else None
 
 
-def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = ENGINES_DIR) -> Path:
-    """``out_dir / "<name>-<options.key()>.engine"``.
+def model_engine_path(
+    name: str,
+    options: BuildOptions,
+    out_dir: Path | str = ENGINES_DIR,
+    weights_sha256: str | None = None,
+) -> Path:
+    """``out_dir / "<name>-<weights_sha256[:8]>-<options.key()>.engine"`` (without the
+    digest part when ``weights_sha256`` is None).
 
     Raises:
         ArgumentError: ``name`` not a non-empty file-name part (no path separator).
@@ -173,23 +216,83 @@ def model_engine_path(name: str, options: BuildOptions, out_dir: Path | str = EN
         raise ArgumentError(
             mismatch("name", "a file-name part (no path separator)", "", repr(name))
         )
-    return Path(out_dir) / f"{name}-{options.key()}.engine"
+    digest = "" if weights_sha256 is None else f"-{weights_sha256[:DIGEST_CHARS]}"
+    return Path(out_dir) / f"{name}{digest}-{options.key()}.engine"
+
+
+def weights_of(metadata: dict) -> str | None:
+    """The weights sha256 an engine's sidecar metadata records (its recipe), if any."""
+    recipe = metadata.get("recipe")
+    return recipe.get("weights_sha256") if isinstance(recipe, dict) else None
+
+
+def _changed(what: str, old: object, new: object) -> str:
+    return f"{what} changed ({old} -> {new})"
+
+
+def _targets_text(targets: tuple[tuple[int, int], ...]) -> str:
+    return " ".join(f"{a}.{b}" for a, b in targets) or PORTABLE
+
+
+def _short(sha: str | None) -> str:
+    return f"sha256 {sha[:DIGEST_CHARS]}..." if sha else "sha256 unrecorded"
+
+
+def _why_not(
+    path: Path, config: object, options: BuildOptions, weights_sha256: str
+) -> tuple[EngineMeta | None, str]:
+    """``(sidecar, "")`` when the engine at ``path`` may be reused, else ``(None, why)``."""
+    if not sidecar_path(path).is_file():
+        return None, f"{path.name} has no sidecar (treated as absent)"
+    try:
+        _, meta = load_engine_file(path, check_version=False)
+    except EngineFileError as err:
+        return None, f"{path.name} is unusable ({err})"
+    if meta.roles is None:
+        return None, f"{path.name} has no decoder roles (built before the decoder contract)"
+    md = meta.metadata
+    built, running = (meta.trt_module, meta.trt_version), (FEATURES.module, FEATURES.version)
+    checks = (
+        ("weights", _short(weights_of(md)), _short(weights_sha256)),
+        ("TensorRT", " ".join(built), " ".join(running)),
+        ("GPU targets", _targets_text(meta.targets), _targets_text(options.targets())),
+        ("config", md.get("config"), config.to_json()),
+        ("build options", md.get(OPTIONS_KEY), options.to_json()),
+    )
+    for what, old, new in checks:
+        if old != new:
+            if isinstance(old, dict) and isinstance(new, dict):  # name the keys that differ
+                keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+                return None, f"{what} changed in {keys}"
+            return None, _changed(what, old, new)
+    return meta, ""
 
 
 def find_model_engine(
-    name: str, config: object, options: BuildOptions, out_dir: Path = ENGINES_DIR
-) -> BuiltFile | None:
-    """The engine in ``out_dir`` built for this model config and exactly these options,
-    readable by the running TensorRT with an intact checksum and decoder roles (an engine
-    built before the decoder contract is rebuilt); None otherwise."""
-    return _reusable(
-        model_engine_path(name, options, out_dir),
-        lambda meta: (
-            meta.roles is not None
-            and meta.metadata.get(OPTIONS_KEY) == options.to_json()
-            and meta.metadata.get("config") == config.to_json()
-        ),
-    )
+    name: str,
+    config: object,
+    options: BuildOptions,
+    out_dir: Path = ENGINES_DIR,
+    weights_sha256: str = "",
+) -> tuple[BuiltFile | None, str]:
+    """``(the engine, "")`` when ``out_dir`` holds one built from these weights, config and
+    exactly these options (routes and GPU targets included), by the running TensorRT, with
+    an intact checksum and decoder roles; else ``(None, why)``: ``""`` when no engine of
+    this name and these options was found, else the first difference in one line
+    (``weights changed (sha256 3f2a9c01... -> 9c01ab34...)`` for an engine of the same
+    model name and options built from other weights, which stays on disk)."""
+    path = model_engine_path(name, options, out_dir, weights_sha256)
+    if path.is_file() or sidecar_path(path).is_file():
+        meta, why = _why_not(path, config, options, weights_sha256)
+        return (BuiltFile(path, meta, reused=True), "") if meta else (None, why)
+    pattern = f"{name}-{'?' * DIGEST_CHARS}-{options.key()}.engine"
+    for other in sorted(Path(out_dir).glob(pattern)):
+        try:
+            old = weights_of(read_sidecar(sidecar_path(other)).metadata)
+        except EngineFileError:
+            continue  # a file without a valid sidecar is treated as absent
+        return None, _changed("weights", _short(old), _short(weights_sha256))
+    return None, ""
 
 
 def build_model_engine(
@@ -198,20 +301,21 @@ def build_model_engine(
     weights: object,
     *,
     out_dir: Path = ENGINES_DIR,
-    source: str | None = None,
+    weights_sha256: str | None = None,
     **options: object,
 ) -> BuiltFile:
     """An engine for prefill and decode of any architecture trt_kv builds (by the type of
     ``config``: a LlamaConfig, a GPT2Config), written to ``out_dir`` under a name that covers
-    every build option; the sidecar holds the decoder roles, the config and the options.
+    the weights and every build option; the sidecar holds the decoder roles, the config,
+    the options and a recipe (architecture, the model's ``name`` and weights sha256, never
+    a path) from which the same network can be rebuilt (:func:`network_from_recipe`), e.g.
+    by the emulated TensorRT runtime.
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
-    ``max_batch``, ``max_step_tokens``, ...); an unknown one is an ArgumentError naming it
-    and the known ones, raised (as every argument check) before anything is built.
-    ``source``: the ``load_model`` spec the weights came from ("default" or a checkpoint
-    folder); the sidecar then records a recipe (architecture, source and weights sha256)
-    from which the same network can be rebuilt (:func:`network_from_recipe`), e.g. by the
-    emulated TensorRT runtime.
+    ``max_batch``, ``max_step_tokens``, ``compute_capability``, ...); an unknown one or a
+    target the installed TensorRT cannot build for is an ArgumentError, raised (as every
+    argument check) before anything is built. ``weights_sha256``: :func:`weights_digest`
+    of ``weights`` when the caller has it already (computed here otherwise).
     """
     known = [f.name for f in dataclasses.fields(BuildOptions)]
     unknown = sorted(set(options) - set(known))
@@ -219,31 +323,30 @@ def build_model_engine(
         raise ArgumentError(mismatch("options", "BuildOptions fields", known, unknown))
     arch = architecture_of(config)
     opts = BuildOptions(**options)
-    path = model_engine_path(name, opts, out_dir)
+    targets = opts.targets()
+    digest = weights_sha256 or weights_digest(weights)
+    path = model_engine_path(name, opts, out_dir, digest)
     net = arch.build_network(config, weights, **opts.network_options())
-    metadata = {**net.metadata(), OPTIONS_KEY: opts.to_json()}
-    if source is not None:
-        metadata["recipe"] = {
-            "network": arch.name,
-            "model": source,
-            "weights_sha256": weights_digest(weights),
-        }
-    return build_to_file(net.builder, net.network, net.profiles, path, metadata, net.roles)
+    metadata = {
+        **net.metadata(),
+        OPTIONS_KEY: opts.to_json(),
+        "recipe": {"network": arch.name, "model": name, "weights_sha256": digest},
+    }
+    return build_to_file(net.builder, net.network, net.profiles, path, metadata, net.roles, targets)
 
 
-def network_from_recipe(recipe: dict, metadata: dict) -> object:
-    """The network a model engine's sidecar recipe names, rebuilt from its source (a
-    ``load_model`` spec) with the recorded build options.
+def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
+    """The network a model engine's sidecar recipe names, rebuilt from ``model`` (a loaded
+    :class:`~trt_kv.examples.Model`, whose weights must hash to the recorded sha256) with
+    the recorded build options.
 
     Raises:
         ArgumentError: a recipe of no known architecture.
-        ConfigError: the source's weights (sha256) or config differ from the recorded ones.
+        ConfigError: the model's weights (sha256) or config differ from the recorded ones.
     """
     from trt_kv.errors import ConfigError
-    from trt_kv.examples import load_model
 
     arch = architecture_named(recipe.get("network"))
-    model = load_model(recipe["model"], progress=False)
     digest = weights_digest(model.weights)
     if digest != recipe["weights_sha256"]:
         raise ConfigError(
@@ -258,17 +361,6 @@ def network_from_recipe(recipe: dict, metadata: dict) -> object:
         raise ConfigError(mismatch(f"config of {recipe['model']!r}", "", metadata["config"], ""))
     options = BuildOptions(**metadata[OPTIONS_KEY]).network_options()
     return arch.build_network(model.config, model.weights, **options)
-
-
-def weights_digest(weights: object) -> str:
-    """sha256 over every weight array's dtype, shape and bytes, in a fixed order."""
-    digest = hashlib.sha256()
-    for a in architecture_of(weights).weight_arrays(weights):
-        if a is not None:
-            a = np.ascontiguousarray(a)
-            digest.update(f"{a.dtype.str}{a.shape}".encode())
-            digest.update(a.reshape(-1).view(np.uint8))
-    return digest.hexdigest()
 
 
 # The names before GPT-2 (Llama engines only), for code written against them.

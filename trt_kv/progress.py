@@ -65,12 +65,11 @@ def track(items: Iterable[T], desc: str, total: int | None = None, unit: str = "
             b.update(1)
 
 
-def build_monitor(desc: str = "TensorRT build") -> object | None:
+def build_monitor(desc: str = "TensorRT build") -> object:
     """An ``IProgressMonitor`` showing the builder's top-level phase as ``n/N phases``, the
-    phase it is in now (the innermost open one) and the time elapsed; None when bars are off
-    (the builder then reports nothing). Close it with ``close()`` after the build."""
-    if not enabled():
-        return None
+    phase it is in now (the innermost open one) and the time elapsed (a no-op bar when bars
+    are off: the monitor is what Ctrl-C cancels the build through, :meth:`BuildBar.cancel`).
+    Close it with ``close()`` after the build."""
     from trt_kv._trt import trt
 
     class _Monitor(BuildBar, trt.IProgressMonitor):  # BuildBar first: its callbacks win
@@ -97,6 +96,7 @@ class BuildBar:
         self._top: str | None = None
         self._open: list[str] = []  # phases started and not finished, oldest first
         self._shown: str | None = None
+        self.cancelled = False
         self.bar = bar(None, desc, bar_format=BUILD_FORMAT)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="build-progress", daemon=True)
@@ -126,7 +126,11 @@ class BuildBar:
         with self._lock:
             if phase == self._top and self.bar.total:
                 self.bar.n = min(step + 1, self.bar.total)
-        return True  # False would cancel the build
+        return not self.cancelled  # False cancels the build
+
+    def cancel(self) -> None:
+        """Stop the build at TensorRT's next step (it may take seconds to come)."""
+        self.cancelled = True
 
     def phase_finish(self, phase: str) -> None:
         with self._lock:

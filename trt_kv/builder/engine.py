@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -114,15 +119,59 @@ def _check_update_widths(network: object, profile: Profile) -> None:
             )
 
 
+@contextmanager
+def _interruptible(monitor: object) -> Iterator[None]:
+    """Ctrl-C (SIGINT) during the block cancels the build through ``monitor`` instead of
+    raising inside a TensorRT callback (where TensorRT swallows it and builds on): says
+    ``interrupting...`` on stderr at once (TensorRT may take seconds to reach its next
+    step). Only in the main thread, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        print("interrupting...", file=sys.stderr, flush=True)
+        monitor.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _set_targets(config: object, targets: tuple[tuple[int, int], ...]) -> None:
+    """``IBuilderConfig.set_compute_capability`` for each target (``(8, 9)`` -> ``SM89``).
+
+    Raises:
+        ArgumentError: the module has no ``set_compute_capability``, or refuses a target.
+    """
+    if not hasattr(config, "set_compute_capability"):
+        raise ArgumentError(
+            mismatch("targets", "a TensorRT with set_compute_capability for", targets, "none")
+        )
+    config.num_compute_capabilities = len(targets)
+    for i, (major, minor) in enumerate(targets):
+        member = getattr(trt.ComputeCapability, f"SM{major}{minor}", None)
+        if member is None or not config.set_compute_capability(member, i):
+            raise ArgumentError(
+                mismatch("targets", "compute capabilities TensorRT can target", "", targets)
+            )
+
+
 def build_engine(
     builder: object,
     network: object,
     profiles: list[Profile],
     *,
     optimization_level: int | None = None,
+    targets: tuple[tuple[int, int], ...] = (),
 ) -> BuiltEngine:
     """Build ``network`` with ``profiles`` into serialized engine bytes (no GPU needed with
-    TensorRT-RTX, which compiles ahead of time). Every profile is checked first.
+    TensorRT-RTX, which compiles ahead of time), for the compute capabilities ``targets``
+    (``()``: a portable engine). Every profile is checked first. Ctrl-C during the build
+    cancels it through the progress monitor and raises KeyboardInterrupt once TensorRT has
+    stopped (nothing is returned, so nothing is written).
 
     Raises:
         ArgumentError: ``profiles`` not a list of :class:`Profile`; ``optimization_level``
@@ -130,7 +179,9 @@ def build_engine(
         ShapeError, NetworkError: a profile that misses a dynamic input, names a tensor that
             is not an input, mismatches a declared shape, has min > opt or opt > max, or lets
             a padded cache update grow past S_max.
+        ArgumentError: ``targets`` the module cannot build for.
         NetworkError: TensorRT returned no engine.
+        KeyboardInterrupt: Ctrl-C during the build.
     """
     if not isinstance(profiles, (list, tuple)) or not all(isinstance(p, Profile) for p in profiles):
         raise ArgumentError(mismatch("profiles", "a list of Profile", "", repr(profiles)))
@@ -150,18 +201,21 @@ def build_engine(
         config.add_optimization_profile(p)
     if optimization_level is not None:
         config.builder_optimization_level = optimization_level
-    monitor = build_monitor()  # a progress bar over the builder's phases (None: bars off)
-    if monitor is not None:
-        config.progress_monitor = monitor
+    if targets:
+        _set_targets(config, targets)
+    monitor = build_monitor()  # a progress bar over the builder's phases; Ctrl-C cancels
+    config.progress_monitor = monitor
     log = _logger()
     errors_before = log.error_count
     start = time.perf_counter()
     try:
-        data = builder.build_serialized_network(network, config)
+        with _interruptible(monitor):
+            data = builder.build_serialized_network(network, config)
     finally:
-        if monitor is not None:
-            monitor.close()
+        monitor.close()
     seconds = time.perf_counter() - start
+    if monitor.cancelled:
+        raise KeyboardInterrupt("the TensorRT build was cancelled")
     if data is None:
         said = log.last_error if log.error_count > errors_before else "no error logged"
         raise NetworkError(

@@ -148,13 +148,13 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from trt_kv.examples import load_model
-    from trt_kv.runtime.gpu.cuda import require_gpu
+    from trt_kv.runtime.gpu.cuda import require_tensorrt_gpu
     from trt_kv.runtime.session import Session
 
     args.backend, note = generate.pick_backend(args.backend)
     check_backend_options(args, args.backend, note)
     if args.backend in generate.GPU_BACKENDS:
-        require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+        require_tensorrt_gpu(f"--backend {args.backend}")  # before loading any weights
     check_model(args)
     check_sizes(args)
     model = load_model(args.model, progress=not args.quiet)

@@ -146,8 +146,11 @@ def check_prompt_lengths(
 def check_backend_options(args: argparse.Namespace, backend: str, note: str = "") -> None:
     """ArgumentError for an option given that ``backend`` would ignore (``--cuda-graph``,
     ``--engine`` on a CPU backend; a ``--dtype`` other than float32, or ``--weights``, on the
-    reference)."""
+    reference). ``note`` (set when ``backend`` is auto's pick) spares ``--emulate-gpu``: the
+    emulated device was asked for, and auto looked at it before picking."""
     for dest, backends in BACKEND_ONLY.items():
+        if dest == "emulate_gpu" and note:
+            continue
         if getattr(args, dest, None) and backend not in backends:
             flag = "--" + dest.replace("_", "-")
             raise ArgumentError(

@@ -21,8 +21,9 @@ WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.st
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
-    """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out``; ``helps``
-    replaces the help of some (by dest) for a subcommand that reads them its own way."""
+    """``--model --dtype --max-seq-len --max-batch --max-step-tokens --out --routes
+    --compute-capability``; ``helps`` replaces the help of some (by dest) for a subcommand
+    that reads them its own way."""
     text = {
         "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama family or "
         "GPT-2) or a .gguf file",
@@ -39,6 +40,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
         "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "
         "key_value_lengths); default: the best the installed TensorRT has",
+        "compute_capability": "GPU targets of the engine: portable (TensorRT-RTX's default: "
+        "8.0 8.6 8.9 12.0 12.1 and later) or e.g. 8.9 or 8.0,12.0 (TensorRT-RTX's "
+        "set_compute_capability: 7.5 8.0 8.6 8.9 12.0 12.1)",
         **(helps or {}),
     }
     p.add_argument("--model", default="default", help=text["model"])
@@ -58,6 +62,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     )
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
     p.add_argument("--routes", type=routes, default=None, help=text["routes"])
+    p.add_argument("--compute-capability", default=None, help=text["compute_capability"])
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:
@@ -90,26 +95,39 @@ def model_engine(
     args: argparse.Namespace, name: str, config: object, weights: object, batch: int
 ) -> BuiltFile:
     """The model engine for these arguments: reused from ``args.out`` when one was built
-    with the same config and every build option (except by ``trt-kv build``), else built."""
+    from the same weights, config and every build option (except by ``trt-kv build``),
+    else built, with the reason an engine found could not be reused.
+
+    Raises:
+        ArgumentError: ``--compute-capability`` the installed TensorRT cannot target
+            (before anything is built).
+    """
+    import dataclasses
+
     from trt_kv.jobs import build_model_engine, find_model_engine
     from trt_kv.models.architectures import architecture_of
+    from trt_kv.weights_id import weights_sha256
 
     options = build_options(args, batch)
     architecture_of(config).check_max_seq_len(config, options.max_seq_len, "--max-seq-len")
+    options.targets("--compute-capability")
+    digest = weights_sha256(args.model, weights)
+    why = ""
     if args.command != "build":
-        found = find_model_engine(name, config, options, args.out)
+        found, why = find_model_engine(name, config, options, args.out, digest)
         if found is not None:
             return found
-    source = args.model if args.model == "default" else str(Path(args.model).resolve())
-    return build_model_engine(
-        name, config, weights, out_dir=args.out, source=source, **options.to_json()
+    built = build_model_engine(
+        name, config, weights, out_dir=args.out, weights_sha256=digest, **options.to_json()
     )
+    return dataclasses.replace(built, rebuilt=why)
 
 
 def engine_status(r: BuiltFile) -> str:
-    """``"built now"`` or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    """``"built now"``, ``"rebuilt: weights changed (sha256 3f2a9c01... -> 9c01ab34...)"``
+    or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
     if not r.reused:
-        return "built now"
+        return f"rebuilt: {r.rebuilt}" if r.rebuilt else "built now"
     when = r.built_at or "at an unrecorded time"
     return f"reused (built {when} in {r.meta.build_seconds:.2f} s)"
 
@@ -148,11 +166,38 @@ def table(head: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
 
 
+EMULATED_CC_VAR = "TRT_KV_EMULATED_CC"  # --emulate-gpu's compute capability, e.g. "9.0"
+
+
+def emulated_cc() -> tuple[int, int] | None:
+    """``$TRT_KV_EMULATED_CC`` as ``(major, minor)`` (None when unset: the default 8.9).
+
+    Raises:
+        ArgumentError: naming the variable, for text that is not ``major.minor``.
+    """
+    import os
+    import re
+
+    from trt_kv.errors import ArgumentError, mismatch
+
+    text = os.environ.get(EMULATED_CC_VAR, "")
+    if not text:
+        return None
+    if not re.fullmatch(r"\d{1,2}\.\d", text):
+        raise ArgumentError(mismatch(EMULATED_CC_VAR, "major.minor, e.g. 9.0", "", repr(text)))
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
 def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``."""
+    """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
+    of compute capability ``$TRT_KV_EMULATED_CC``, and given ``--engine`` (or ``--out``) as
+    the engine files and ``--model`` as the model it may rebuild engines from."""
     if not args.emulate_gpu:
         return run(args)
     from trt_kv.emulator import emulated_gpu
 
-    with emulated_gpu():
+    engines = [p for p in (getattr(args, "engine", None), getattr(args, "out", None)) if p]
+    models = [args.model] if getattr(args, "model", None) else []
+    with emulated_gpu(emulated_cc(), engines=engines, models=models):
         return run(args)

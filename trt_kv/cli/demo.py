@@ -22,11 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     generate.add_generation_arguments(p)
 
 
-def backend_note(reason: str | None, emulated: bool) -> str:
-    """Why ``demo`` runs where it does (for stderr): the GPU, or why not."""
+def backend_note(reason: str | None, emulated: bool, no_gpu: bool = True) -> str:
+    """Why ``demo`` runs where it does (for stderr): the GPU, or why not (``reason``: no GPU,
+    or, with ``no_gpu`` False, a GPU the installed TensorRT does not run)."""
     if reason is not None:
+        where = "no GPU here" if no_gpu else "TensorRT cannot run on this GPU"
         return (
-            f"note: no GPU here ({reason}): the engine above cannot run on this machine; "
+            f"note: {where} ({reason}): the engine above cannot run on this machine; "
             "running the same network's decode loop on the CPU interpreter instead"
         )
     if emulated:
@@ -42,9 +44,10 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.errors import ConfigError
     from trt_kv.examples import load_model
     from trt_kv.jobs import doc_example_engine
-    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
-    reason = gpu_unavailable_reason()
+    reason = tensorrt_refusal()  # no GPU, or one the installed TensorRT does not run
+    no_gpu = gpu_unavailable_reason() is not None
     args.backend, note = generate.pick_backend("auto")
     check_backend_options(args, args.backend, note)
     check_model(args)
@@ -70,8 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     model_row = common.model_engine(args, model.name, model.config, model.weights, args.max_batch)
     talk = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON lines only
     build.print_built(args.out, [doc_example_engine(args.out), model_row], file=talk)
-    print(backend_note(reason, args.emulate_gpu), file=sys.stderr)
-    where = " (emulated GPU)" if args.emulate_gpu else ""
+    print(backend_note(reason, args.emulate_gpu, no_gpu), file=sys.stderr)
+    where = " (emulated GPU)" if args.emulate_gpu and args.backend != "interpreter" else ""
     with generate.opened_backend(args, model.name, model.config, model.weights, 8) as backend:
         for label, prompt, chat, prompts, tokenizer in asked:
             args.prompt, args.chat = prompt, chat

@@ -136,16 +136,24 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
 
 
 def pick_backend(asked: str) -> tuple[str, str]:
-    """``(backend, note)``: ``asked`` as given, or for ``"auto"`` ``tensorrt`` where a GPU is
-    usable (a real one, or the emulated one with ``--emulate-gpu``), else ``interpreter``
-    with the note `` (auto's pick: no GPU)`` for error messages."""
-    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
+    """``(backend, note)``: ``asked`` as given, or for ``"auto"`` ``tensorrt`` where the
+    installed TensorRT runs on the GPU found (a real one, or the emulated one with
+    ``--emulate-gpu``), else ``interpreter`` with the note `` (auto's pick: no GPU)`` for
+    error messages. A GPU whose compute capability the module does not run is said in one
+    line on stderr, with what would run it (``tensorrt``/``polygraphy`` asked there are
+    refused by :func:`trt_kv.runtime.gpu.cuda.require_tensorrt_gpu`, for the same reason).
+    """
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
     if asked != "auto":
         return asked, ""
-    if gpu_unavailable_reason() is None:
+    if gpu_unavailable_reason() is not None:
+        return "interpreter", " (auto's pick: no GPU)"
+    reason = tensorrt_refusal()
+    if reason is None:
         return "tensorrt", ""
-    return "interpreter", " (auto's pick: no GPU)"
+    print(f"trt-kv: running on the CPU interpreter: {reason}", file=sys.stderr)
+    return "interpreter", " (auto's pick: the GPU's compute capability)"
 
 
 @contextmanager
@@ -168,6 +176,7 @@ def make_backend(
     ``max(batch, --max-batch)`` sequences on every backend."""
     from trt_kv.models.architectures import architecture_of
     from trt_kv.runtime.gpu.cuda import require_gpu
+    from trt_kv.weights_id import weights_sha256
 
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
@@ -199,7 +208,7 @@ def make_backend(
     require_gpu(f"--backend {args.backend}")
     path = args.engine
     if path is not None:
-        check_engine_model(path, name, config)
+        check_engine_model(path, name, config, weights_sha256(args.model, weights))
     else:
         built = common.model_engine(args, name, config, weights, batch)
         print(f"engine {built.path}: {common.engine_status(built)}", file=sys.stderr)
@@ -231,11 +240,14 @@ def engine_sidecar(path: Path) -> DecoderRoles:
         raise EngineFileError(f"--engine: {e}") from None
 
 
-def check_engine_model(path: Path, name: str, config: object) -> None:
+def check_engine_model(path: Path, name: str, config: object, weights_sha256: str) -> None:
     """ArgumentError when ``--engine`` was built from another model config than ``--model``
     (its ids would be decoded with the wrong tokenizer and checked against the wrong
-    vocabulary); EngineFileError for a missing or malformed sidecar or a non-decoder engine."""
+    vocabulary) or from weights other than ``weights_sha256`` (``--model``'s: it would run
+    the engine's); EngineFileError for a missing or malformed sidecar or a non-decoder
+    engine."""
     from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.jobs import weights_of
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
     meta = read_sidecar(check_engine_files(path))
@@ -251,18 +263,29 @@ def check_engine_model(path: Path, name: str, config: object) -> None:
                 f"{path}, whose config differs in {differ}",
             )
         )
+    built_from, ours = weights_of(meta.metadata), weights_sha256
+    if built_from != ours:
+        raise ArgumentError(
+            mismatch(
+                "--engine",
+                f"an engine of --model {name}'s weights (sha256 {ours[:8]}...)",
+                "",
+                f"{path}, built from weights sha256 {(built_from or 'unrecorded')[:8]}...",
+            )
+        )
 
 
 def check_before_loading(args: argparse.Namespace) -> None:
     """Every check of ``generate`` / ``chat`` that needs no model: backend and the options
-    it ignores, a GPU for a GPU backend, ``--model``/``--out``/sizes, sampling options,
-    ``--engine``'s files. Raises ArgumentError (or the error of the check that failed)."""
-    from trt_kv.runtime.gpu.cuda import require_gpu
+    it ignores, a GPU the installed TensorRT runs for a GPU backend, ``--model``/``--out``/
+    sizes, sampling options, ``--engine``'s files. Raises ArgumentError (or the error of the
+    check that failed)."""
+    from trt_kv.runtime.gpu.cuda import require_tensorrt_gpu
 
     args.backend, note = pick_backend(args.backend)
     check_backend_options(args, args.backend, note)
-    if args.backend in GPU_BACKENDS:
-        require_gpu(f"--backend {args.backend}")  # fail before loading any weights
+    if args.backend in GPU_BACKENDS:  # no GPU, or one TensorRT does not run: refused now
+        require_tensorrt_gpu(f"--backend {args.backend}")
     check_model(args)
     options.check_sampling_options(args)
     if args.engine is not None:
@@ -370,10 +393,11 @@ def generate_and_print(
     note = unknown_ids_note(tokenizer, result.ids) if tokenizer else None
     if note:  # shown in the text as <|id:N|>; said once here
         print(note, file=sys.stderr)
-    where = " (emulated GPU)" if args.emulate_gpu else ""
+    emulated = args.emulate_gpu and args.backend in GPU_BACKENDS  # not auto's CPU fallback
+    where = " (emulated GPU)" if emulated else ""
     summary = f"{backend.name}{where}: {summary_text(result)}"
     if args.json:
-        out = {"backend": backend.name, "emulated_gpu": args.emulate_gpu, "ids": result.ids}
+        out = {"backend": backend.name, "emulated_gpu": emulated, "ids": result.ids}
         if texts is not None:
             out["text"] = texts
         out["finish_reason"] = list(result.finish_reasons)

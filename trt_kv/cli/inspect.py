@@ -11,7 +11,9 @@ from pathlib import Path
 from trt_kv.cli import common
 from trt_kv.cli.checks import integer
 
-EXAMPLE = "trt-kv inspect engines/smollm2-135m-random-float16-s256-b8-t64.engine --batch 4"
+EXAMPLE = (
+    "trt-kv inspect engines/smollm2-135m-random-de1707ae-float16-s512-b8-t128.engine --batch 4"
+)
 S_AXIS = 2  # caches are [B, N, S_max, H]
 
 
@@ -29,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="deserialize on trt_kv's emulated GPU, on the CPU, for TensorRT's engine inspector "
         "(layers of the network as built, unfused: not what a GPU build fuses)",
+    )
+    p.add_argument(
+        "--model",
+        help="with --emulate-gpu: the checkpoint the engine was built from ('default', a "
+        "folder or a .gguf file), from which the emulated GPU rebuilds its network",
     )
 
 
@@ -81,12 +88,12 @@ def engine_layers(path: Path) -> tuple[list | None, str]:
     import json
 
     from trt_kv._trt import trt
-    from trt_kv.errors import EngineFileError
+    from trt_kv.errors import EngineFileError, GpuUnavailableError
     from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     try:
         engine, _, _ = load_cuda_engine(path)
-    except EngineFileError as e:  # built by another TensorRT, say: the rest still shows
+    except (EngineFileError, GpuUnavailableError) as e:  # another TensorRT, another GPU...
         return None, str(e)
     if not hasattr(engine, "create_engine_inspector"):
         return None, f"{type(engine).__name__} has no engine inspector"
@@ -132,6 +139,7 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
 
     from trt_kv import FEATURES
     from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.sidecar import targets_json
 
     side = check_engine_files(path)
     meta = read_sidecar(side)
@@ -160,6 +168,7 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
         "sha256": digest,
         "checksum": "ok" if digest == meta.sha256 else f"MISMATCH (sidecar: {meta.sha256})",
         "built_with": {"module": meta.trt_module, "version": meta.trt_version},
+        "compute_capabilities": targets_json(meta.targets),
         "running": {"module": FEATURES.module, "version": FEATURES.version},
         "built_at": md.pop("built_at", None),
         "build_seconds": meta.build_seconds,
@@ -225,6 +234,12 @@ def format_report(r: dict) -> str:
         f"built with   {built['module']} {built['version']}"
         + ("" if same else f"  (running {running['module']} {running['version']}: rebuild)"),
         f"built        {r['built_at'] or 'time not recorded'}, in {r['build_seconds']:.2f} s",
+        "GPU targets  "
+        + (
+            "portable"
+            if r["compute_capabilities"] == "portable"
+            else " ".join(r["compute_capabilities"])
+        ),
         "routes       " + ", ".join(f"{k}: {v}" for k, v in r["routes"].items()),
     ]
     options = r["recipe"].get("build_options")

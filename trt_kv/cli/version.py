@@ -26,10 +26,26 @@ def cuda_status() -> str:
     reason = gpu_unavailable_reason()
     if reason is not None:
         return f"{head}; no usable device: {reason}"
+    from trt_kv.runtime.gpu.cuda import device_capability
+
     _, count = rt.cudaGetDeviceCount()
-    _, props = rt.cudaGetDeviceProperties(0)
-    name = props.name.decode(errors="replace").rstrip("\0")
-    return f"{head}; {count} device(s), 0: {name} (sm_{props.major}{props.minor})"
+    (major, minor), name = device_capability()
+    return f"{head}; {count} device(s), 0: {name}, compute capability {major}.{minor}"
+
+
+def gpu_support() -> str:
+    """Whether the installed TensorRT runs engines on device 0's compute capability (from
+    :data:`trt_kv.gpu_targets.SUPPORT`), or why there is nothing to ask."""
+    from trt_kv.errors import TrtKvError
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
+
+    if gpu_unavailable_reason() is not None:
+        return "no GPU to run engines on"
+    try:
+        reason = tensorrt_refusal()
+    except TrtKvError as e:
+        return f"unknown ({e})"
+    return "runs on this GPU (portable engines)" if reason is None else f"NO: {reason}"
 
 
 def version_text() -> str:
@@ -58,5 +74,6 @@ def version_text() -> str:
             f"TensorRT: {trt}",
             f"Polygraphy: {poly}",
             f"CUDA: {cuda_status()}",
+            f"GPU support: {gpu_support()}",
         ]
     )

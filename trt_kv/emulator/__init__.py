@@ -17,13 +17,14 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from trt_kv.emulator import cuda_driver, cuda_runtime, polygraphy_cuda
 from trt_kv.emulator.counting import Counts, counting
 from trt_kv.emulator.cuda_runtime import submit
-from trt_kv.emulator.device import CudaCallFailed, device
+from trt_kv.emulator.device import DEFAULT_COMPUTE_CAPABILITY, CudaCallFailed, device
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError
 from trt_kv.emulator.streams import StreamWorkError
 
@@ -97,7 +98,7 @@ _INSTALLERS: list[Installer] = [
 ]
 _PROVIDES = {"cuda", "polygraphy", "tensorrt"}
 _LOCK = threading.RLock()
-_ACTIVE: dict[str, object] = {"depth": 0, "undo": []}
+_ACTIVE: dict[str, object] = {"depth": 0, "undo": [], "cc": None}
 
 
 def register_installer(installer: Installer, provides: str | None = None) -> None:
@@ -123,13 +124,38 @@ def is_active() -> bool:
 
 
 @contextmanager
-def emulated_gpu() -> Iterator[None]:
+def emulated_gpu(
+    compute_capability: tuple[int, int] | None = None,
+    engines: Iterable[str | Path] = (),
+    models: Iterable[str | Path] = (),
+) -> Iterator[None]:
     """Run the block on the emulated GPU; nested blocks share one activation. Everything
     installed is restored on exit of the outermost block, even when it raises. Leaving the
     outermost block completes the stream work still queued (its errors raise
     :class:`~trt_kv.emulator.streams.StreamWorkError` there), or drops it when the block
-    raised (it may write host buffers the failure released)."""
+    raised (it may write host buffers the failure released).
+
+    ``compute_capability``: the device's ``(major, minor)`` (None: the default 8.9, or the
+    enclosing block's); ``cudaDeviceGetAttribute``, ``cudaGetDeviceProperties`` and the
+    emulated TensorRT-RTX's refusal of engines that cannot run on it answer from it.
+    ``engines`` (files, or folders of ``*.engine``) and ``models`` (``load_model`` specs):
+    the engine files built outside this process the emulated TensorRT may deserialize, by
+    rebuilding each sidecar's recipe from the model whose weights have the recorded sha256
+    (see :mod:`trt_kv.emulator.engines`); engines built in the process need neither.
+
+    Raises:
+        EmulatorError: a nested block asking for another compute capability than the
+            active one.
+    """
+    from trt_kv.emulator import engines as _engines
+
     with _LOCK:
+        active = _ACTIVE["cc"]
+        if active is not None and compute_capability not in (None, active):
+            raise EmulatorError(
+                f"emulated_gpu(compute_capability={compute_capability}): expected the active "
+                f"block's {active} or None, got another (one device, one capability)"
+            )
         if _ACTIVE["depth"] == 0:
             undo: list[Callable[[], None]] = []
             try:
@@ -140,7 +166,10 @@ def emulated_gpu() -> Iterator[None]:
                     step()
                 raise
             _ACTIVE["undo"] = undo
+            device().compute_capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
+            _ACTIVE["cc"] = device().compute_capability
         _ACTIVE["depth"] += 1
+        _engines.add_sources(engines, models)
     failed = True
     try:
         yield
@@ -155,6 +184,8 @@ def emulated_gpu() -> Iterator[None]:
                     for step in reversed(_ACTIVE["undo"]):
                         step()
                     _ACTIVE["undo"] = []
+                    _ACTIVE["cc"] = None
+                    _engines.clear_sources()
 
 
 def _finish_queued_work(failed: bool) -> None:

@@ -46,12 +46,13 @@ CUdeviceptr = _dr.CUdeviceptr
 # Public names that are not cuda-python API (the conformance test checks all the others).
 EMULATOR_EXTRAS = ("image_entries", "kernel_extents", "host_library", "HOST_FLAGS", "HOST_DEFINE")
 _OK = CUresult.CUDA_SUCCESS
+# the driver's name of each runtime attribute the emulated device answers
 _ATTRIBUTES = {
-    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: _crt.COMPUTE_CAPABILITY[0],
-    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: _crt.COMPUTE_CAPABILITY[1],
-    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 1,
-    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_WARP_SIZE: 32,
-    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
+    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: "ComputeCapabilityMajor",
+    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: "ComputeCapabilityMinor",
+    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: "MultiProcessorCount",
+    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_WARP_SIZE: "WarpSize",
+    CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: "MaxThreadsPerBlock",
 }
 _WORD = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8}
 HOST_FLAGS = ("-x", "c++", "-std=c++11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC")
@@ -113,7 +114,8 @@ def cuDeviceGetAttribute(attrib: object, dev: object) -> int:
         raise CudaCallFailed(CUresult.CUDA_ERROR_INVALID_DEVICE, f"device {int(dev)}")
     if attrib not in _ATTRIBUTES:
         raise EmulatorError(f"cuDeviceGetAttribute: {attrib!r} is not emulated")
-    return _ATTRIBUTES[attrib]
+    runtime_attr = getattr(_crt.cudaDeviceAttr, f"cudaDevAttr{_ATTRIBUTES[attrib]}")
+    return _crt.device_attributes()[runtime_attr]
 
 
 @_returns(1)

@@ -24,6 +24,18 @@ from collections.abc import Callable
 
 from cuda.bindings import runtime as _rt
 
+from trt_kv.emulator.cuda_device_info import (  # noqa: F401 (re-exported API)
+    DEVICE_NAME,
+    cudaDeviceGetAttribute,
+    cudaDriverGetVersion,
+    cudaGetDevice,
+    cudaGetDeviceCount,
+    cudaGetDeviceProperties,
+    cudaMemGetInfo,
+    cudaRuntimeGetVersion,
+    cudaSetDevice,
+    device_attributes,
+)
 from trt_kv.emulator.cuda_events import (  # noqa: F401 (re-exported API)
     cudaEventCreate,
     cudaEventDestroy,
@@ -53,12 +65,12 @@ cudaGraph_t = _rt.cudaGraph_t
 cudaGraphExec_t = _rt.cudaGraphExec_t
 cudaEvent_t = _rt.cudaEvent_t
 cudaDeviceProp = _rt.cudaDeviceProp
+cudaDeviceAttr = _rt.cudaDeviceAttr
 
 # Public names that are not cuda-python API (the conformance test checks all the others).
-EMULATOR_EXTRAS = ("submit", "DEVICE_NAME", "COMPUTE_CAPABILITY", "EMULATOR_PARTS")
-EMULATOR_PARTS = ("trt_kv.emulator.cuda_events",)  # modules whose API this one re-exports
-DEVICE_NAME = b"trt_kv emulated GPU (CPU)"
-COMPUTE_CAPABILITY = (8, 9)
+EMULATOR_EXTRAS = ("submit", "DEVICE_NAME", "EMULATOR_PARTS", "device_attributes")
+# modules whose API this one re-exports
+EMULATOR_PARTS = ("trt_kv.emulator.cuda_events", "trt_kv.emulator.cuda_device_info")
 _KINDS = {
     cudaMemcpyKind.cudaMemcpyHostToHost: "HH",
     cudaMemcpyKind.cudaMemcpyHostToDevice: "HD",
@@ -85,44 +97,6 @@ def _returns(n: int) -> Callable:
 
 
 # -- device ------------------------------------------------------------------------------------
-@_returns(1)
-def cudaGetDeviceCount() -> int:
-    return 1
-
-
-@_returns(1)
-def cudaGetDevice() -> int:
-    return 0
-
-
-@_returns(0)
-def cudaSetDevice(device: int) -> None:
-    _check_device(device)
-
-
-@_returns(1)
-def cudaGetDeviceProperties(device: int) -> object:
-    _check_device(device)
-    prop = cudaDeviceProp()
-    prop.name = DEVICE_NAME.ljust(256, b"\0")
-    prop.major, prop.minor = COMPUTE_CAPABILITY
-    prop.totalGlobalMem = _state().memory.capacity
-    prop.multiProcessorCount = 1
-    prop.warpSize = 32
-    prop.maxThreadsPerBlock = 1024
-    prop.maxThreadsDim = [1024, 1024, 64]
-    prop.maxGridSize = [2**31 - 1, 65535, 65535]
-    prop.unifiedAddressing = 1
-    prop.textureAlignment = 512
-    return prop
-
-
-@_returns(2)
-def cudaMemGetInfo() -> tuple[int, int]:
-    mem = _state().memory
-    return mem.capacity - mem.used, mem.capacity
-
-
 @_returns(0)
 def cudaDeviceSynchronize() -> None:
     _synchronize_device("cudaDeviceSynchronize")
@@ -146,11 +120,6 @@ def cudaGetErrorString(error: cudaError_t) -> tuple:
 
 def cudaGetErrorName(error: cudaError_t) -> tuple:
     return _rt.cudaGetErrorName(error)
-
-
-def _check_device(index: int) -> None:
-    if int(index) != 0:
-        raise CudaCallFailed(cudaError_t.cudaErrorInvalidDevice, f"device {index}: only 0")
 
 
 # -- memory ------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from trt_kv.emulator.streams import LEGACY_STREAM, Checked, Work, WorkQueue
 
 Err = _rt.cudaError_t
 PAGE = 4096  # cudaHostAlloc's blocks start on a page
+DEFAULT_COMPUTE_CAPABILITY = (8, 9)  # an Ada GPU: TensorRT-RTX's portable engines run on it
 Mode = _rt.cudaStreamCaptureMode
 
 
@@ -95,6 +96,8 @@ class Device:
 
     def __init__(self, capacity: int = 16 << 30) -> None:
         self.memory = DeviceMemory(capacity)
+        # (major, minor): set by each outermost emulated_gpu() block (default 8.9)
+        self.compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY
         self.streams: dict[int, Stream] = {}
         self.graphs: dict[int, list[Node]] = {}
         self.execs: dict[int, tuple[Node, ...]] = {}

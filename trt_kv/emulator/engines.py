@@ -7,30 +7,35 @@ the engine bytes, from one of two sources:
 - **built in this process** while the emulator is installed: a hook on
   ``Builder.build_serialized_network`` records the network, with the optimization profiles
   added to its builder config, the moment the engine bytes exist;
-- **read through** ``trt_kv.engine_file.load_engine_file``: the sidecar's ``recipe``
-  (written by :mod:`trt_kv.jobs`) rebuilds the network (the documentation example, or a
-  model of any architecture from its ``load_model`` source, whose weights must hash to the
-  recorded sha256: :func:`trt_kv.jobs.network_from_recipe`).
+- **an engine file given to** ``emulated_gpu(engines=[...])`` (a file, or a folder of
+  them) whose sidecar records this sha256: the sidecar's ``recipe`` (written by
+  :mod:`trt_kv.jobs`) rebuilds the network: the documentation example, or a model of any
+  architecture (:func:`trt_kv.jobs.network_from_recipe`) from the one of
+  ``emulated_gpu(models=[...])`` whose weights hash to the recorded sha256 (the sidecar
+  names the model, never a path on the machine that built it).
 
 Any other network that honours the decoder contract runs emulated when it is built in the
 process under ``emulated_gpu()`` (the first source): that is the hook for a user's network.
 
-Anything else is refused: ``deserialize_cuda_engine`` returns None and logs why.
+Anything else is refused: ``deserialize_cuda_engine`` returns None and logs why. The
+engine's targets (its compute capabilities, ``()``: portable) come from the builder config
+(built here) or the sidecar.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from trt_kv import _trt, dtypes, engine_file
+from trt_kv import _trt, dtypes
 from trt_kv._trt import trt
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.emulator.memory import EmulatorError
-from trt_kv.engine_file import EngineMeta
+from trt_kv.engine_file import EngineMeta, read_sidecar, sidecar_path
 from trt_kv.errors import TrtKvError, mismatch
 from trt_kv.interpreter import Plan, compile_network
 
@@ -107,6 +112,7 @@ class EngineRecord:
     num_layers: int
     layers: tuple[LayerRecord, ...]  # the network's, for the engine inspector
     profiling_verbosity: object  # trt.ProfilingVerbosity the engine was built with
+    targets: tuple[tuple[int, int], ...] = ()  # compute capabilities built for (): portable
 
     def tensor(self, name: str) -> IOTensor | None:
         return next((t for t in self.tensors if t.name == name), None)
@@ -117,6 +123,7 @@ def record_network(
     profiles: Sequence[ProfileShapes],
     sha256: str,
     profiling_verbosity: object = None,
+    targets: tuple[tuple[int, int], ...] = (),
 ) -> EngineRecord:
     """Compile ``network`` for the interpreter (its weights must still be alive) and describe
     its I/O and layers. With no profile (a static network) the one implicit profile is the
@@ -143,6 +150,7 @@ def record_network(
         num_layers=network.num_layers,
         layers=record_layers(network),
         profiling_verbosity=profiling_verbosity or trt.ProfilingVerbosity.LAYER_NAMES_ONLY,
+        targets=targets,
     )
 
 
@@ -155,8 +163,55 @@ def _dim_names(tensor: object) -> tuple[str | None, ...]:
 
 # sha256 -> the record, or why none could be made (a network the interpreter cannot run)
 _RECORDS: dict[str, EngineRecord | str] = {}
-_SIDECARS: dict[str, EngineMeta] = {}  # sha256 -> sidecar, for engines read from files
 _PROFILES: dict[int, tuple[object, list[object]]] = {}  # id(config) -> (config, profiles)
+# what emulated_gpu(engines=..., models=...) gave the active block: engine files or folders,
+# load_model specs (and the models loaded from them, by spec)
+_SOURCES: dict[str, list] = {"engines": [], "models": []}
+_LOADED: dict[str, object] = {}
+
+
+def add_sources(engines: Iterable[str | Path], models: Iterable[str | Path]) -> None:
+    """Engine files (or folders of them) and model specs the active block may rebuild from
+    (read only when an engine of unknown bytes is deserialized)."""
+    _SOURCES["engines"] += [Path(p) for p in engines]
+    _SOURCES["models"] += [str(m) for m in models]
+
+
+def clear_sources() -> None:
+    """Forget the sources (the outermost block ended)."""
+    _SOURCES["engines"].clear()
+    _SOURCES["models"].clear()
+    _LOADED.clear()
+
+
+def sidecar_of(sha: str) -> EngineMeta | None:
+    """The sidecar, among the engine files given to ``emulated_gpu(engines=...)``, that
+    records engine bytes of sha256 ``sha``; None when none does (an unreadable or malformed
+    sidecar is passed over)."""
+    for source in _SOURCES["engines"]:
+        files = sorted(source.glob("*.engine")) if source.is_dir() else [source]
+        for path in files:
+            side = sidecar_path(path)
+            if not side.is_file():
+                continue
+            try:
+                meta = read_sidecar(side)
+            except TrtKvError:
+                continue
+            if meta.sha256 == sha:
+                return meta
+    return None
+
+
+def targets_of(data: bytes) -> tuple[tuple[int, int], ...]:
+    """The compute capabilities engine bytes ``data`` were built for (``()``: portable, also
+    for bytes the emulator has no record or sidecar of)."""
+    sha = hashlib.sha256(data).hexdigest()
+    found = _RECORDS.get(sha)
+    if isinstance(found, EngineRecord):
+        return found.targets
+    meta = sidecar_of(sha)
+    return meta.targets if meta is not None else ()
 
 
 def lookup(data: bytes) -> EngineRecord:
@@ -164,22 +219,24 @@ def lookup(data: bytes) -> EngineRecord:
 
     Raises:
         EmulatorError: no network is known for these bytes (not built in this process under
-            the emulator, not read through a trt_kv sidecar with a recipe), the recipe's
-            network differs from the engine's, or the interpreter cannot run the network.
+            the emulator, no sidecar with a recipe among ``emulated_gpu(engines=...)``), the
+            recipe's network differs from the engine's, or the interpreter cannot run it.
     """
     sha = hashlib.sha256(data).hexdigest()
-    if sha not in _RECORDS and sha in _SIDECARS:
-        try:
-            _RECORDS[sha] = _rebuild(_SIDECARS[sha])
-        except TrtKvError as err:
-            raise EmulatorError(f"engine sha256 {sha[:16]}: {err}") from err
+    if sha not in _RECORDS:
+        meta = sidecar_of(sha)
+        if meta is not None:
+            try:
+                _RECORDS[sha] = _rebuild(meta)
+            except TrtKvError as err:
+                raise EmulatorError(f"engine sha256 {sha[:16]}: {err}") from err
     found = _RECORDS.get(sha)
     if found is None:
         raise EmulatorError(
             mismatch(
                 f"engine sha256 {sha[:16]}",
-                "an engine built in this process under emulated_gpu(), or loaded through "
-                "trt_kv.runtime.gpu.engine_loader from a sidecar with a recipe",
+                "an engine built in this process under emulated_gpu(), or a file given to "
+                "emulated_gpu(engines=[...]) whose sidecar has a recipe",
                 "",
                 "bytes the emulator has never seen",
             )
@@ -204,7 +261,8 @@ def _rebuild(meta: EngineMeta) -> EngineRecord:
     rebuilt = tuple((t.name, tuple(t.shape), dtypes.name_of(t.dtype)) for t in ins + outs)
     if rebuilt != declared:
         raise EmulatorError(mismatch("recipe network", "the sidecar's I/O", declared, rebuilt))
-    record = record_network(network, [p.shapes for p in meta.profiles], meta.sha256)
+    shapes = [p.shapes for p in meta.profiles]
+    record = record_network(network, shapes, meta.sha256, targets=meta.targets)
     del keep  # the plan holds its own copy of every weight
     return record
 
@@ -220,19 +278,42 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
     from trt_kv.jobs import network_from_recipe
 
     try:
-        net = network_from_recipe(recipe, md)
+        net = network_from_recipe(recipe, md, _recipe_model(recipe))
     except TrtKvError as err:
         raise EmulatorError(f"recipe {recipe.get('network')!r}: {err}") from err
     return net.network, net
 
 
+def _recipe_model(recipe: dict) -> object:
+    """The model of ``emulated_gpu(models=[...])`` whose weights hash to the recipe's."""
+    from trt_kv.examples import load_model
+    from trt_kv.weights_id import weights_digest
+
+    seen = []
+    for spec in _SOURCES["models"]:
+        if spec not in _LOADED:
+            model = load_model(spec, progress=False)
+            _LOADED[spec] = (model, weights_digest(model.weights))
+        model, digest = _LOADED[spec]
+        if digest == recipe["weights_sha256"]:
+            return model
+        seen.append(f"{spec} ({digest[:12]})")
+    raise EmulatorError(
+        mismatch(
+            f"recipe of model {recipe.get('model')!r}",
+            "a model in emulated_gpu(models=[...]) with weights sha256",
+            recipe["weights_sha256"][:12],
+            seen or "no models given",
+        )
+    )
+
+
 # -- hooks: installed by the emulator, removed when it is uninstalled ------------------------
 def install_hooks() -> Callable[[], None]:
-    """Record engines built from now on and sidecars read from now on; returns the undo."""
+    """Record engines built from now on; returns the undo."""
     builder_cls, config_cls = trt.Builder, trt.IBuilderConfig
     real_build = builder_cls.build_serialized_network
     real_add = config_cls.add_optimization_profile
-    real_load = engine_file.load_engine_file
 
     def add_optimization_profile(config: object, profile: object) -> int:
         index = real_add(config, profile)
@@ -244,29 +325,30 @@ def install_hooks() -> Callable[[], None]:
         if data is not None:
             _, profiles = _PROFILES.pop(id(config), (config, []))
             sha = hashlib.sha256(memoryview(data)).hexdigest()
-            _RECORDS[sha] = _record_build(network, profiles, sha, config.profiling_verbosity)
+            _RECORDS[sha] = _record_build(network, profiles, sha, config)
         return data
-
-    def load_engine_file(*args: object, **kwargs: object) -> tuple[bytes, EngineMeta]:
-        data, meta = real_load(*args, **kwargs)
-        _SIDECARS[meta.sha256] = meta
-        return data, meta
 
     builder_cls.build_serialized_network = build_serialized_network
     config_cls.add_optimization_profile = add_optimization_profile
-    engine_file.load_engine_file = load_engine_file
 
     def undo() -> None:
         builder_cls.build_serialized_network = real_build
         config_cls.add_optimization_profile = real_add
-        engine_file.load_engine_file = real_load
         _PROFILES.clear()
 
     return undo
 
 
+def _config_targets(config: object) -> tuple[tuple[int, int], ...]:
+    """The compute capabilities a builder config targets (``SM89`` -> ``(8, 9)``); ``()``
+    for a portable build (none set, or a module without the call)."""
+    count = getattr(config, "num_compute_capabilities", 0)
+    values = [int(config.get_compute_capability(i)) for i in range(count)]
+    return tuple(sorted((v // 10, v % 10) for v in values if v >= 10))  # not NONE, CURRENT
+
+
 def _record_build(
-    network: object, profiles: list[object], sha: str, verbosity: object
+    network: object, profiles: list[object], sha: str, config: object
 ) -> EngineRecord | str:
     inputs = [network.get_input(i) for i in range(network.num_inputs)]
     shapes = [
@@ -278,6 +360,8 @@ def _record_build(
         for p in profiles
     ]
     try:
-        return record_network(network, shapes, sha, verbosity)
+        return record_network(
+            network, shapes, sha, config.profiling_verbosity, _config_targets(config)
+        )
     except TrtKvError as err:  # the engine exists; only running it on the CPU is impossible
         return f"the interpreter cannot run this engine's network ({err})"

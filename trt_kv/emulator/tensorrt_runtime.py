@@ -14,16 +14,65 @@ runtime's logger (``ILogger.Severity.ERROR``), never an exception.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
-from trt_kv._trt import trt
-from trt_kv.emulator.engines import EngineRecord, install_hooks, lookup
+from trt_kv._trt import FEATURES, trt
+from trt_kv.emulator.device import device
+from trt_kv.emulator.engines import EngineRecord, install_hooks, lookup, targets_of
 from trt_kv.emulator.memory import EmulatorError
+
+# What TensorRT-RTX 1.7.1 did on a real NVIDIA H200 (compute capability 9.0, 2026-11-25,
+# docs/gpu-results.md) with a portable engine: "IRuntime::deserializeCudaEngine: Error Code
+# 6: API Usage Error (The engine cannot run on this GPU, which has compute capability 9.0.
+# Supported compute capabilities: 8.0 8.6 8.9 12.0 12.1 >12.0. TensorRT-RTX does not
+# support this compute capability, so the engine cannot be rebuilt for it. ...)".
+RTX_PORTABLE = ((8, 0), (8, 6), (8, 9), (12, 0), (12, 1))  # and every capability > 12.0
+FULL_TRT_FROM = (7, 5)  # full TensorRT 10.x/11.x: Turing and later
+# A TensorRT-RTX engine starts with b"vtrt" and holds its own length, a little-endian
+# 64-bit integer at byte 16 (read from TensorRT-RTX 1.7.1 engines built here).
+ENGINE_MAGIC, LENGTH_AT = b"vtrt", 16
 
 
 def log_error(logger: object, message: str) -> None:
     """Send ``message`` to a TensorRT logger at ERROR severity, as TensorRT does."""
     logger.log(trt.ILogger.Severity.ERROR, f"[emulated TensorRT] {message}")
+
+
+def malformed(data: bytes) -> str | None:
+    """Why ``data`` is no whole TensorRT-RTX engine (another magic, a length that is not
+    its own: truncated or extended bytes); None when the header agrees."""
+    if not FEATURES.is_rtx:
+        return None
+    if data[:4] != ENGINE_MAGIC or len(data) < LENGTH_AT + 8:
+        return f"expected an engine starting {ENGINE_MAGIC!r}, got {data[:4]!r}"
+    (length,) = struct.unpack_from("<Q", data, LENGTH_AT)
+    if length != len(data):
+        return f"expected {length} bytes (the engine's header), got {len(data)}"
+    return None
+
+
+def cc_refusal(data: bytes) -> str | None:
+    """TensorRT-RTX's message when the engine cannot run on the emulated device's compute
+    capability (portable engines: :data:`RTX_PORTABLE` and above 12.0; engines built for
+    explicit targets: those); None when it can (full TensorRT: 7.5 and later)."""
+    cc = device().compute_capability
+    targets = targets_of(data)
+    if not FEATURES.is_rtx:
+        runs, listed = cc >= FULL_TRT_FROM, "7.5 and later"
+    elif targets:
+        runs, listed = cc in targets, " ".join(f"{a}.{b}" for a, b in targets)
+    else:
+        runs = cc in RTX_PORTABLE or cc > (12, 0)
+        listed = " ".join(f"{a}.{b}" for a, b in RTX_PORTABLE) + " >12.0"
+    if runs:
+        return None
+    return (
+        "IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine cannot "
+        f"run on this GPU, which has compute capability {cc[0]}.{cc[1]}. Supported compute "
+        f"capabilities: {listed}. TensorRT-RTX does not support this compute capability, so "
+        "the engine cannot be rebuilt for it.)"
+    )
 
 
 class Runtime:
@@ -32,11 +81,36 @@ class Runtime:
     def __init__(self, logger: object) -> None:
         self.logger = logger
 
+    def get_engine_validity(self, buffer: object) -> tuple[object, int]:
+        """``(EngineValidity, diagnostics)`` as TensorRT-RTX gives them: INVALID with
+        ``MALFORMED_ENGINE`` for bytes that are no whole engine, with ``UNSUPPORTED_CC`` for
+        an engine the device's compute capability cannot run; VALID otherwise."""
+        data = bytes(buffer)
+        flags = trt.EngineInvalidityDiagnostics
+        if malformed(data):
+            diagnostics = int(flags.MALFORMED_ENGINE)
+        elif cc_refusal(data):
+            diagnostics = int(flags.UNSUPPORTED_CC)
+        else:
+            return trt.EngineValidity.VALID, 0
+        return trt.EngineValidity.INVALID, diagnostics
+
     def deserialize_cuda_engine(self, serialized_engine: object) -> ICudaEngine | None:
-        """The emulated engine for these bytes, or None (and an error on the logger) when the
-        emulator knows no network for them (see :mod:`trt_kv.emulator.engines`)."""
+        """The emulated engine for these bytes, or None (and an error on the logger) for
+        bytes that are no whole engine, an engine the device's compute capability cannot
+        run (TensorRT-RTX's own message), or bytes the emulator knows no network for (see
+        :mod:`trt_kv.emulator.engines`)."""
+        data = bytes(serialized_engine)
+        problem = malformed(data)
+        if problem:
+            log_error(self.logger, f"deserialize_cuda_engine: malformed engine: {problem}")
+            return None
+        refused = cc_refusal(data)
+        if refused:
+            log_error(self.logger, refused)
+            return None
         try:
-            record = lookup(bytes(serialized_engine))
+            record = lookup(data)
         except EmulatorError as err:
             log_error(self.logger, f"deserialize_cuda_engine: {err}")
             return None

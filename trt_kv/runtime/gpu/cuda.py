@@ -34,6 +34,66 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def device_capability(index: int = 0) -> tuple[tuple[int, int], str]:
+    """``((major, minor), name)`` of CUDA device ``index``: ``cudaDeviceGetAttribute`` with
+    ``cudaDevAttrComputeCapabilityMajor``/``Minor``, the name from its properties.
+
+    Raises:
+        GpuUnavailableError: no usable device (see :func:`gpu_unavailable_reason`), or a
+            query that fails, naming the call and CUDA's error.
+    """
+    require_gpu("reading the GPU's compute capability")
+    from cuda.bindings import runtime as rt
+
+    attr = rt.cudaDeviceAttr
+    cc = []
+    for which in (attr.cudaDevAttrComputeCapabilityMajor, attr.cudaDevAttrComputeCapabilityMinor):
+        err, value = rt.cudaDeviceGetAttribute(which, index)
+        if err != rt.cudaError_t.cudaSuccess:
+            raise GpuUnavailableError(
+                mismatch(f"cudaDeviceGetAttribute({which.name}, {index})", "success", "", err.name)
+            )
+        cc.append(int(value))
+    err, props = rt.cudaGetDeviceProperties(index)
+    name = (
+        props.name.decode(errors="replace").rstrip("\0")
+        if err == rt.cudaError_t.cudaSuccess
+        else "?"
+    )
+    return (cc[0], cc[1]), name
+
+
+def tensorrt_refusal(
+    targets: tuple[tuple[int, int], ...] = (), engine: str | None = None
+) -> str | None:
+    """Why the installed TensorRT (and an engine built for ``targets``, ``()``: portable)
+    cannot run on this machine's GPU, in one line (no GPU; a compute capability the module
+    or the engine does not run, from :data:`trt_kv.gpu_targets.SUPPORT`); None when it can."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        return reason
+    from trt_kv._trt import FEATURES
+    from trt_kv.gpu_targets import refusal
+
+    cc, name = device_capability()
+    return refusal(cc, name, FEATURES.module, FEATURES.version, targets, engine)
+
+
+def require_tensorrt_gpu(
+    what: str, targets: tuple[tuple[int, int], ...] = (), engine: str | None = None
+) -> None:
+    """GpuUnavailableError for ``what`` when no GPU is usable (:func:`require_gpu`) or
+    :func:`tensorrt_refusal` gives a reason (raised before anything is built or read),
+    naming the CPU backends that run here."""
+    require_gpu(what)
+    reason = tensorrt_refusal(targets, engine)
+    if reason is not None:
+        raise GpuUnavailableError(
+            f"{what}: expected a GPU the installed TensorRT runs, got {reason}; backends that "
+            f"run here: {', '.join(CPU_BACKENDS)}"
+        )
+
+
 def require_gpu(what: str) -> None:
     """Raise GpuUnavailableError for ``what`` when no GPU is usable, naming the CPU backends."""
     reason = gpu_unavailable_reason()

@@ -1,16 +1,20 @@
-"""Engine file -> deserialized ICudaEngine, alias pairs checked (GPU only)."""
+"""Engine file -> deserialized ICudaEngine, checked against its sidecar (GPU only).
+
+Before deserializing, the GPU's compute capability is compared with what the installed
+TensorRT module and the engine's targets run (:mod:`trt_kv.gpu_targets`), and the module's
+own ``Runtime.get_engine_validity`` is asked where it has one; after, the engine's I/O is
+compared with the sidecar (:func:`trt_kv.engine_file.check_engine_io`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from trt_kv import engine_file
 from trt_kv._trt import logger, trt
 from trt_kv.builder.contract import DecoderRoles, check_roles
-from trt_kv.engine_file import EngineMeta, check_engine_aliases
+from trt_kv.engine_file import EngineMeta, check_engine_io, load_engine_file
 from trt_kv.errors import EngineFileError, TrtKvError, check_int, mismatch
-from trt_kv.runtime.gpu.cuda import require_gpu
+from trt_kv.runtime.gpu.cuda import require_gpu, require_tensorrt_gpu
 
 
 def check_decoder_engine(path: str | Path, meta: EngineMeta) -> DecoderRoles:
@@ -34,16 +38,45 @@ def check_decoder_engine(path: str | Path, meta: EngineMeta) -> DecoderRoles:
     return meta.roles
 
 
+def _validity_problem(runtime: object, data: bytes) -> str | None:
+    """What ``Runtime.get_engine_validity`` (TensorRT-RTX) finds wrong with ``data``, as
+    the names of its diagnostic flags; None when VALID or SUBOPTIMAL, or without the call."""
+    ask = getattr(runtime, "get_engine_validity", None)
+    if ask is None:
+        return None
+    validity, diagnostics = ask(data)
+    if validity != trt.EngineValidity.INVALID:
+        return None
+    flags = trt.EngineInvalidityDiagnostics.__members__.items()
+    named = [name for name, flag in flags if int(diagnostics) & int(flag)]
+    return f"INVALID ({', '.join(named) or 'no diagnostic'})"
+
+
 def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
-    """Read, verify and deserialize an engine; check ``get_aliased_input_tensor`` against
-    the sidecar. Returns ``(engine, engine bytes, sidecar)``."""
+    """Read and verify an engine and its sidecar, check the GPU can run it, deserialize it
+    and check its I/O against the sidecar. Returns ``(engine, engine bytes, sidecar)``.
+
+    Raises:
+        GpuUnavailableError: no GPU; a compute capability the installed TensorRT or the
+            engine's targets do not run (before deserializing).
+        EngineFileError: as :func:`trt_kv.engine_file.load_engine_file`; an engine
+            ``get_engine_validity`` calls INVALID, or that does not deserialize; an engine
+            whose I/O differs from its sidecar.
+    """
     require_gpu(f"loading {path}")
-    data, meta = engine_file.load_engine_file(path)  # by attribute: the emulator records it
+    data, meta = load_engine_file(path)
+    require_tensorrt_gpu(f"loading {path}", meta.targets, engine=Path(path).name)
     if meta.cache_update == "plugin":
         from trt_kv.plugin import register_creator
 
         register_creator()
-    engine = trt.Runtime(logger()).deserialize_cuda_engine(data)
+    runtime = trt.Runtime(logger())
+    problem = _validity_problem(runtime, data)
+    if problem is not None:
+        raise EngineFileError(
+            mismatch(str(path), "an engine valid on this GPU (get_engine_validity)", "", problem)
+        )
+    engine = runtime.deserialize_cuda_engine(data)
     if engine is None:
         raise EngineFileError(
             mismatch(
@@ -53,7 +86,7 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
                 "None (see the TensorRT log)",
             )
         )
-    check_engine_aliases(engine, meta)
+    check_engine_io(engine, meta)
     return engine, data, meta
 
 

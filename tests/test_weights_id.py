@@ -1,0 +1,36 @@
+"""The weights' sha256, cached by file path, size and modification time: a reuse does not
+hash 538 MB again, and weights saved anew are hashed anew."""
+
+import json
+import os
+
+from cli_user import write_tiny_model
+
+from trt_kv.examples import load_model
+from trt_kv.weights_id import CACHE_FILE, source_files, weights_digest, weights_sha256
+
+
+def test_the_digest_is_cached_by_path_size_and_mtime_and_redone_when_they_change(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TRT_KV_CACHE", str(tmp_path / "cache"))
+    folder = write_tiny_model(tmp_path / "tiny")
+    weights = load_model(folder, progress=False).weights
+    real = weights_digest(weights)
+    assert weights_sha256(folder, weights) == real  # hashed, then stored
+    store = tmp_path / "cache" / CACHE_FILE
+    (key,) = json.loads(store.read_text())
+    store.write_text(json.dumps({key: "c" * 64}))  # what the cache says is what is used
+    assert weights_sha256(folder, weights) == "c" * 64
+    tensors = folder / "model.safetensors"
+    stat = tensors.stat()
+    os.utime(tensors, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # saved again
+    assert weights_sha256(folder, weights) == real
+
+
+def test_weights_without_files_are_hashed_every_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRT_KV_CACHE", str(tmp_path / "cache"))
+    assert source_files(tmp_path / "missing.gguf") == []
+    weights = load_model(write_tiny_model(tmp_path / "tiny"), progress=False).weights
+    assert weights_sha256(tmp_path / "missing.gguf", weights) == weights_digest(weights)
+    assert not (tmp_path / "cache").exists()
