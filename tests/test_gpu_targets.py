@@ -116,7 +116,7 @@ def test_the_emulated_rtx_runtime_refuses_a_portable_engine_on_9_0_as_the_real_o
 def test_explicit_targets_are_built_recorded_and_checked(tmp_path):
     builder, network, profiles = doc_example_network()
     with emulated_gpu():
-        built = build_to_file(builder, network, profiles, tmp_path / "e.engine", {}, ((8, 6),))
+        built = build_to_file(builder, network, profiles, tmp_path / "e.engine", targets=((8, 6),))
         assert built.meta.targets == ((8, 6),)
         assert (
             '"compute_capabilities": [\n    "8.6"\n  ]' in (tmp_path / "e.engine.json").read_text()
