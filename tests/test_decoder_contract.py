@@ -198,16 +198,19 @@ def test_a_cached_engine_without_roles_is_rebuilt_not_reused(tmp_path):
     from tiny_models import TINY_GQA
 
     from trt_kv.engine_file import sidecar_path
-    from trt_kv.jobs import BuildOptions, build_model_engine, find_model_engine
+    from trt_kv.jobs import BuildOptions, build_model_engine, find_model_engine, weights_digest
     from trt_kv.models.llama import random_weights
 
     options = BuildOptions(dtype="float32", max_seq_len=16, max_batch=1, max_step_tokens=4)
-    built = build_model_engine(
-        "tiny", TINY_GQA, random_weights(TINY_GQA), out_dir=tmp_path, **options.to_json()
-    )
-    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is not None
+    weights = random_weights(TINY_GQA)
+    built = build_model_engine("tiny", TINY_GQA, weights, out_dir=tmp_path, **options.to_json())
+    digest = weights_digest(weights)
+    assert find_model_engine("tiny", TINY_GQA, options, tmp_path, digest)[0] is not None
     side = sidecar_path(built.path)
     record = json.loads(side.read_text())
     del record["roles"]
     side.write_text(json.dumps(record))
-    assert find_model_engine("tiny", TINY_GQA, options, tmp_path) is None
+    assert find_model_engine("tiny", TINY_GQA, options, tmp_path, digest) == (
+        None,
+        f"{built.path.name} has no decoder roles (built before the decoder contract)",
+    )

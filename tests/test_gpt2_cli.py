@@ -68,6 +68,7 @@ def test_build_then_generate_from_the_engine_alone_and_bench(folder, tmp_path):
         "--max-new-tokens",
         "6",
         "--json",
+        TRT_KV_EMULATED_MODELS=str(path),  # the sidecar names no path: the emulator is told
     )
     assert json.loads(out.stdout)["ids"] == [hf_greedy(hf_model, p, 6) for p in PROMPTS]
     text = run_cli(

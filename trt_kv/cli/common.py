@@ -189,15 +189,23 @@ def emulated_cc() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+EMULATED_MODELS_VAR = "TRT_KV_EMULATED_MODELS"  # more models --emulate-gpu may rebuild from
+
+
 def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
     of compute capability ``$TRT_KV_EMULATED_CC``, and given ``--engine`` (or ``--out``) as
-    the engine files and ``--model`` as the model it may rebuild engines from."""
+    the engine files and ``--model`` (and the ``load_model`` specs in
+    ``$TRT_KV_EMULATED_MODELS``, separated by ``os.pathsep``: for ``--engine`` without
+    ``--model``) as the models it may rebuild engines from (sidecars name no paths)."""
+    import os
+
     if not args.emulate_gpu:
         return run(args)
     from trt_kv.emulator import emulated_gpu
 
     engines = [p for p in (getattr(args, "engine", None), getattr(args, "out", None)) if p]
     models = [args.model] if getattr(args, "model", None) else []
+    models += [m for m in os.environ.get(EMULATED_MODELS_VAR, "").split(os.pathsep) if m]
     with emulated_gpu(emulated_cc(), engines=engines, models=models):
         return run(args)
