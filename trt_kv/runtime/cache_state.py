@@ -286,14 +286,17 @@ class CacheState:
             SlotError: ``order`` not a sequence of slots, an unknown slot, or longer than
                 ``capacity``.
         """
+        self.check_order(order)
+        self._lengths[: len(order)] = self._lengths[list(order)]
+
+    def check_order(self, order: Sequence[int]) -> None:
+        """Raise as :meth:`reorder` would, changing nothing."""
         if isinstance(order, (str, bytes)) or not isinstance(order, (Sequence, np.ndarray)):
             raise SlotError(mismatch("order", "a sequence of slots", "", repr(order)))
         for s in order:
             self.check_slot(s)
-        n = len(order)
-        if n > self.capacity:
-            raise SlotError(mismatch("order", f"at most {self.capacity} slots", "", n))
-        self._lengths[:n] = self._lengths[list(order)]
+        if len(order) > self.capacity:
+            raise SlotError(mismatch("order", f"at most {self.capacity} slots", "", len(order)))
 
     def freeze(self) -> None:
         """Run later steps without committing their tokens (speculative or scoring steps)."""

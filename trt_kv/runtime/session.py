@@ -230,9 +230,12 @@ class Session:
 
     @_exclusive
     def reorder(self, order: Sequence[int]) -> None:
-        """Slot k takes slot ``order[k]`` (beam search ``reorder_cache`` / select)."""
-        self.state.reorder(order)
+        """Slot k takes slot ``order[k]`` (beam search ``reorder_cache`` / select). The
+        caches move first (a device reorder may need its scratch slot: an allocation that
+        fails leaves every slot and length as it was), then the lengths."""
+        self.state.check_order(order)
         self.storage.reorder(order)
+        self.state.reorder(order)
 
     @_exclusive
     def freeze(self) -> None:
