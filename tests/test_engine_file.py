@@ -190,6 +190,8 @@ def _input(d, which, **changes):
         (lambda d: _alias(d, shape=[4, 2, -64, 1]), r"alias_pairs\[0\].shape: expected a list"),
         (lambda d: _alias(d, shape=[4, 2, 0, 1]), r"alias_pairs\[0\].shape: expected a list"),
         (lambda d: _alias(d, shape=[4, 2, 8]), r"alias_pairs\[0\].shape: .*4 of them"),
+        # only the batch axis is dynamic (S_max -1 printed -8 bytes per slot in inspect)
+        (lambda d: _alias(d, shape=[-1, 2, -1, 1]), r"alias_pairs\[0\].shape: expected \[B, N"),
         (lambda d: _alias(d, dtype="float64"), r"alias_pairs\[0\].dtype: expected one of"),
         # the issue's case: caches the wrong size, snapshot returned zeros
         (
@@ -254,6 +256,40 @@ def _profile(d, name, k, shapes):
     ],
 )
 def test_profiles_are_checked_against_the_declared_inputs(llama_engine, tmp_path, edit, match):
+    with pytest.raises(EngineFileError, match=match):
+        load_engine_file(_copy(llama_engine, tmp_path, _edited(llama_engine, edit)))
+
+
+def _role(d, key, value):
+    d["roles"][key] = value
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda d: _role(d, "max_seq_len", -5), r"roles.max_seq_len: expected an integer >= 1"),
+        (lambda d: _role(d, "max_seq_len", "x"), r"roles.max_seq_len: expected an integer >= 1"),
+        (lambda d: _role(d, "max_batch", [1]), r"roles.max_batch: expected an integer >= 1"),
+        (lambda d: _role(d, "max_step_tokens", None), r"roles.max_step_tokens: expected an"),
+        (lambda d: _role(d, "max_step_tokens", 33), r"roles.max_step_tokens: expected <= max_seq"),
+        (lambda d: _role(d, "logits", [1]), r"roles.logits: expected a non-empty string"),
+        (lambda d: _role(d, "all_logits", 1), r"roles.all_logits: expected true or false"),
+        (lambda d: _role(d, "long_rope_after", 0), r"roles.long_rope_after: expected an integer"),
+        (lambda d: _role(d, "inputs", {"ids": "x"}), r"roles.inputs: expected roles among"),
+        (lambda d: _role(d, "inputs", {"token_ids": 3}), r"roles.inputs.token_ids: expected a"),
+        (lambda d: d["roles"]["caches"][0].update(layout="BSNH"), r"caches\[0\].layout"),
+        (lambda d: d["roles"].pop("vocab_size"), r"roles: expected an object with keys"),
+        (
+            lambda d: _role(d, "max_seq_len", 16),
+            r"roles.max_seq_len: expected the S_max of every alias pair \[32\], got 16",
+        ),
+    ],
+)
+def test_the_decoder_roles_are_checked_by_type_range_and_against_the_caches(
+    llama_engine, tmp_path, edit, match
+):
+    """A role size of -5, "x" or [1], or logits [1], loaded and reached the CLI as a
+    traceback or a misleading --max-seq-len error (review of issue 29)."""
     with pytest.raises(EngineFileError, match=match):
         load_engine_file(_copy(llama_engine, tmp_path, _edited(llama_engine, edit)))
 

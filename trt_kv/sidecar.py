@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from numbers import Real
 
 from trt_kv import dtypes
-from trt_kv.builder.contract import DecoderRoles
+from trt_kv.builder.contract import INPUT_ROLES, LAYOUT, CacheRole, DecoderRoles
 from trt_kv.builder.engine import Profile
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
@@ -177,10 +177,13 @@ def _tensor(where: str, value: object) -> TensorSpec:
 
 def _alias(where: str, value: object) -> CacheAlias:
     d = _record(where, value, ("input", "output", "shape", "dtype"))
+    shape = _shape(f"{where}.shape", d["shape"], rank=4)
+    if min(shape[1:]) < 1:  # only the batch axis is dynamic: [B, N, S_max, H]
+        raise _fail(f"{where}.shape", "[B, N, S_max, H] with N, S_max and H >= 1", d["shape"])
     return CacheAlias(
         _text(f"{where}.input", d["input"]),
         _text(f"{where}.output", d["output"]),
-        _shape(f"{where}.shape", d["shape"], rank=4),
+        shape,
         _dtype(f"{where}.dtype", d["dtype"]),
     )
 
@@ -229,13 +232,52 @@ def targets_json(targets: tuple[CC, ...]) -> str | list[str]:
     return [f"{a}.{b}" for a, b in targets] if targets else "portable"
 
 
+_ROLE_KEYS = (
+    "inputs",
+    "logits",
+    "caches",
+    "vocab_size",
+    "max_seq_len",
+    "max_batch",
+    "max_step_tokens",
+    "all_logits",
+    "long_rope_after",
+)
+
+
 def _roles(where: str, value: object) -> DecoderRoles | None:
+    """The decoder role map, every member checked by type and range (the runtime sizes its
+    buffers and steps from it)."""
     if value is None:
         return None
+    d = _record(where, value, _ROLE_KEYS)
+    inputs = d["inputs"]
+    if not isinstance(inputs, dict) or not inputs:
+        raise _fail(f"{where}.inputs", "an object: role -> input name", inputs)
+    for role, name in inputs.items():
+        if role not in INPUT_ROLES:
+            raise _fail(f"{where}.inputs", f"roles among {sorted(INPUT_ROLES)}", role)
+        _text(f"{where}.inputs.{role}", name)
+    _text(f"{where}.logits", d["logits"])
+    caches = _listed(_cache_role)(f"{where}.caches", d["caches"])
+    for key in ("vocab_size", "max_seq_len", "max_batch", "max_step_tokens"):
+        _count(f"{where}.{key}", d[key])
+    if d["max_step_tokens"] > d["max_seq_len"]:
+        raise _fail(f"{where}.max_step_tokens", f"<= max_seq_len = {d['max_seq_len']}", d)
+    _typed(bool, "true or false")(f"{where}.all_logits", d["all_logits"])
+    if d["long_rope_after"] is not None:
+        _count(f"{where}.long_rope_after", d["long_rope_after"])
     try:
-        return DecoderRoles.from_json(value)
-    except (ArgumentError, AttributeError) as err:
+        return DecoderRoles.from_json({**d, "caches": [vars(c) for c in caches]})
+    except ArgumentError as err:
         raise _fail(where, "a decoder role map", value) from err
+
+
+def _cache_role(where: str, value: object) -> CacheRole:
+    d = _record(where, value, ("input", "output", "layout"))
+    if d["layout"] != LAYOUT:
+        raise _fail(f"{where}.layout", repr(LAYOUT), d["layout"])
+    return CacheRole(_text(f"{where}.input", d["input"]), _text(f"{where}.output", d["output"]))
 
 
 @dataclass(frozen=True)
@@ -299,6 +341,17 @@ def check_consistent(meta: EngineMeta) -> None:
                         (a.shape, a.dtype),
                     )
                 )
+    if meta.roles is not None:
+        s_max = {a.shape[2] for a in meta.aliases}
+        if s_max != {meta.roles.max_seq_len}:
+            raise EngineFileError(
+                mismatch(
+                    "sidecar field roles.max_seq_len",
+                    "the S_max of every alias pair",
+                    sorted(s_max),
+                    meta.roles.max_seq_len,
+                )
+            )
     if meta.write_indices is not None and tensors.get(meta.write_indices, ("",))[0] != "inputs":
         raise _fail("sidecar field write_indices", "a declared network input", meta.write_indices)
     dynamic = [t.name for t in meta.inputs if -1 in t.shape]
