@@ -15,7 +15,7 @@ from trt_kv.cli.version import version_text
 from trt_kv.emulator import EmulatorError, emulated_gpu
 from trt_kv.errors import ArgumentError, GpuUnavailableError
 from trt_kv.examples import doc_example_network
-from trt_kv.gpu_targets import SUPPORT, parse_targets, refusal, support_of
+from trt_kv.gpu_targets import SUPPORT, is_measured, parse_targets, refusal, support_of
 from trt_kv.jobs import build_doc_example, build_to_file
 from trt_kv.runtime.gpu.cuda import device_capability, gpu_unavailable_reason, tensorrt_refusal
 from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
@@ -25,8 +25,12 @@ RTX = pytest.mark.skipif(not FEATURES.is_rtx, reason="TensorRT-RTX's targets and
 NO_REAL_GPU = pytest.mark.skipif(
     gpu_unavailable_reason() is None, reason="runs the emulated GPU; this machine has a real one"
 )
+# The installed release's name (a newer TensorRT-RTX than the table's 1.7 says so)
+_RTX = "TensorRT-RTX " + ".".join(FEATURES.version.split(".")[:3])
+if not is_measured(FEATURES.module, FEATURES.version):
+    _RTX += " (as 1.7, the nearest release trt_kv knows)"
 H200_REASON = (
-    "GPU compute capability 9.0 (trt_kv emulated GPU (CPU)): TensorRT-RTX 1.7.1 does not run "
+    f"GPU compute capability 9.0 (trt_kv emulated GPU (CPU)): {_RTX} does not run "
     "it; install TensorRT >= 10.15 (pip install tensorrt-cu12 / tensorrt-cu13) for Hopper"
 )
 RTX_REFUSAL = (
@@ -36,6 +40,21 @@ RTX_REFUSAL = (
 
 
 # -- the table --------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", ["1.8.0.10", "1.6.2", "2.0"])
+def test_a_release_the_table_lacks_is_judged_by_the_nearest_and_says_so(version):
+    """Only "1.7" matched: any other TensorRT-RTX (pyproject allows >= 1.2) skipped the check
+    and --backend auto picked tensorrt on Hopper again (review of issue 29)."""
+    assert not is_measured("tensorrt_rtx", version)
+    short = ".".join(version.split(".")[:3])
+    assert refusal(H200, "NVIDIA H200", "tensorrt_rtx", version) == (
+        f"GPU compute capability 9.0 (NVIDIA H200): TensorRT-RTX {short} (as 1.7, the nearest "
+        "release trt_kv knows) does not run it; install TensorRT >= 10.15 (pip install "
+        "tensorrt-cu12 / tensorrt-cu13) for Hopper"
+    )
+    assert refusal((8, 9), "x", "tensorrt_rtx", version) is None
+    assert support_of("onnxruntime", "1.0") is None
+
+
 def test_the_rtx_row_runs_what_the_h200_refusal_listed():
     row = support_of("tensorrt_rtx", "1.7.1.116")
     runs = [cc for cc in [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0), (12, 1),

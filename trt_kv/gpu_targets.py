@@ -87,14 +87,33 @@ def cc_text(cc: CC) -> str:
 
 
 def support_of(module: str, version: str) -> ModuleSupport | None:
-    """The row of ``module`` at ``version`` (``"1.7.1.116"`` matches ``"1.7"``); None when
-    the table has none (the check is then skipped: nothing is known to refuse)."""
-    for row in SUPPORT:
-        if module == row.module and (
-            version == row.version or version.startswith(row.version + ".")
-        ):
+    """The row of ``module`` at ``version`` (``"1.7.1.116"`` matches ``"1.7"``), else the row
+    of that module whose version is nearest (an unmeasured release is taken to run what its
+    neighbour runs, and :func:`refusal` says so); None for a module the table does not know
+    (the check is then skipped: nothing is known to refuse)."""
+    rows = [row for row in SUPPORT if row.module == module]
+    for row in rows:
+        if version == row.version or version.startswith(row.version + "."):
             return row
-    return None
+    return min(rows, key=lambda row: _distance(row.version, version), default=None)
+
+
+def is_measured(module: str, version: str) -> bool:
+    """Whether the table has a row for exactly this release (not a neighbour's)."""
+    row = support_of(module, version)
+    return row is not None and (version == row.version or version.startswith(row.version + "."))
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def _distance(a: str, b: str) -> tuple[int, ...]:
+    """How far release ``a`` is from ``b``, part by part (major first)."""
+    x, y = _numbers(a), _numbers(b)
+    n = max(len(x), len(y))
+    x, y = x + (0,) * (n - len(x)), y + (0,) * (n - len(y))
+    return tuple(abs(i - j) for i, j in zip(x, y))
 
 
 def parse_targets(
@@ -159,6 +178,8 @@ def refusal(
         return None
     head = f"GPU compute capability {cc_text(cc)} ({gpu})"
     name = f"{'TensorRT-RTX' if module == 'tensorrt_rtx' else 'TensorRT'} {_short(version)}"
+    if not is_measured(module, version):
+        name += f" (as {row.version}, the nearest release trt_kv knows)"
     can_target = cc in row.targets.values()
     if not row.runs_portable(cc) and not can_target:
         return f"{head}: {name} does not run it; {what_runs(cc)}"

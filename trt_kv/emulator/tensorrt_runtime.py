@@ -27,6 +27,8 @@ from trt_kv.emulator.memory import EmulatorError
 # 6: API Usage Error (The engine cannot run on this GPU, which has compute capability 9.0.
 # Supported compute capabilities: 8.0 8.6 8.9 12.0 12.1 >12.0. TensorRT-RTX does not
 # support this compute capability, so the engine cannot be rebuilt for it. ...)".
+# Written here, not read from trt_kv/gpu_targets.py on purpose: the stand-in behaves as the
+# real runtime did, so that the product's own table is checked against it, not against itself.
 RTX_PORTABLE = ((8, 0), (8, 6), (8, 9), (12, 0), (12, 1))  # and every capability > 12.0
 FULL_TRT_FROM = (7, 5)  # full TensorRT 10.x/11.x: Turing and later
 # A TensorRT-RTX engine starts with b"vtrt" and holds its own length, a little-endian
