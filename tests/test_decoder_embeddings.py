@@ -92,6 +92,20 @@ def test_an_embeddings_network_gets_its_role_map_profiles_and_sidecar():
     assert EngineMeta.from_json(json.loads(json.dumps(meta.to_json()))).roles == roles
 
 
+def test_the_embeddings_axes_are_named_b_and_s_like_token_ids():
+    from trt_kv._trt import FEATURES
+    from trt_kv.builder.contract import name_dimensions
+
+    if not FEATURES.dimension_names:
+        pytest.skip("this TensorRT names no dimensions")
+    net, _ = network(inputs_embeds=EMBEDS)
+    name_dimensions(net)
+    inputs = {t.name: t for t in map(net.get_input, range(net.num_inputs))}
+    embeds, pos = inputs["inputs_embeds"], inputs["position_ids"]
+    assert [embeds.get_dimension_name(i) for i in range(3)] == ["B", "S", None]
+    assert [pos.get_dimension_name(i) for i in range(2)] == ["B", "S"]
+
+
 def test_a_token_ids_network_records_no_embeddings():
     roles = roles_of(input_ids=(trt.int32, (-1, -1)))
     assert (roles.token_role, roles.embedding_dim, roles.embedding_dtype) == (
@@ -311,3 +325,5 @@ def test_the_staging_of_an_embeddings_engine_holds_b_s_d_floats():
     roles = ALIBI.build(W, 3, 4, embeddings=True).roles
     sizes = step_input_bytes(roles, 3)
     assert sizes == {"embeds": 3 * 4 * 16 * 4, "pos": 96, "rows": 96, "last": 96}
+    half = roles_of(inputs_embeds=EMBEDS)  # float16 [B, S, 4], S <= 5
+    assert step_input_bytes(half, 2)["inputs_embeds"] == 2 * 5 * 4 * 2
