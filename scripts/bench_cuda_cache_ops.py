@@ -50,7 +50,7 @@ def step_inputs(stream: int, batch: int) -> None:
         "key_value_lengths": np.ones(batch, np.int32),
         "last_token_rows": np.zeros(batch, np.int32),
     }
-    staging = StepInputs(frozenset(feed), 8 * 8 * 64)
+    staging = StepInputs(dict.fromkeys(feed, 8 * 8 * 64))
     staging.arrange(feed)
     buffers = {name: DeviceBuffer(4096) for name in feed}
 

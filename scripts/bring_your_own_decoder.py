@@ -5,6 +5,9 @@ interpreter and on the (emulated) GPU with trt_kv's session and decode loop.
 The network: token embedding, one single-head attention layer with ALiBi position biases
 (no position table, no RoPE), a residual, a head. Its tensors have their own names
 (``tokens``, ``pos``, ``rows``, ``last``, ``k_cache``...): the role map says which is which.
+Its second version takes embeddings ``[B, S, D]`` (role ``embeddings``): the embedding gather
+moves to the host, into the ``embed`` function each backend is given, and the same weights
+give the same ids.
 
     python scripts/bring_your_own_decoder.py            # interpreter, emulated GPU, NumPy
     python scripts/bring_your_own_decoder.py --gpu      # the GPU backends on a real GPU
@@ -39,6 +42,7 @@ NAMES = {
     "write_indices": "rows",
     "last_token_rows": "last",
 }
+EMBEDDINGS_NAMES = {**{k: v for k, v in NAMES.items() if k != "token_ids"}, "embeddings": "embeds"}
 PROMPTS = [[3, 14, 15, 9, 26], [5, 35]]
 
 
@@ -49,8 +53,15 @@ def weights(seed: int = 0) -> dict[str, np.ndarray]:
     return {**w, **tables}
 
 
-def build(w: dict[str, np.ndarray], max_batch: int = 2, max_step_tokens: int = 8) -> object:
-    """The network, its profiles and roles, as a :class:`DecoderNetwork`."""
+def build(
+    w: dict[str, np.ndarray],
+    max_batch: int = 2,
+    max_step_tokens: int = 8,
+    *,
+    embeddings: bool = False,
+) -> object:
+    """The network, its profiles and roles, as a :class:`DecoderNetwork`; with
+    ``embeddings``, its input is ``embeds [B, S, D]`` float32 (``w["embed"][ids]``), not ids."""
     builder, net = create_network()
     keep: list[np.ndarray] = []  # TensorRT reads constants when it builds: keep them alive
 
@@ -74,7 +85,11 @@ def build(w: dict[str, np.ndarray], max_batch: int = 2, max_step_tokens: int = 8
         return layer.get_output(0)
 
     E = trt.ElementWiseOperation
-    tokens = net.add_input("tokens", trt.int32, (-1, -1))  # [B, S]
+    if embeddings:
+        x = net.add_input("embeds", trt.float32, (-1, -1, D))  # [B, S, D]
+    else:
+        tokens = net.add_input("tokens", trt.int32, (-1, -1))  # [B, S]
+        x = net.add_gather(const(w["embed"]), tokens, 0).get_output(0)  # [B, S, D]
     pos = net.add_input("pos", trt.int64, (-1, -1))  # [B, S]
     rows = net.add_input("rows", trt.int32, (-1,))  # [B]: first cache row written
     last = net.add_input("last", trt.int32, (-1,))  # [B]: row of each last token in [B * S]
@@ -82,8 +97,6 @@ def build(w: dict[str, np.ndarray], max_batch: int = 2, max_step_tokens: int = 8
         add_cache_input(net, n, num_heads=1, max_seq_len=S_MAX, head_dim=D, dtype="float32")
         for n in ("k_cache", "v_cache")
     ]
-    embed = const(w["embed"])
-    x = net.add_gather(embed, tokens, 0).get_output(0)  # [B, S, D]
     q, k, v = (matmul(x, const(w[n][None])) for n in ("wq", "wk", "wv"))  # [B, S, D]
     k, v = (reshape(t, (0, 1, -1, D)) for t in (k, v))  # [B, 1, S, D]
     k_all, v_all = (
@@ -112,10 +125,11 @@ def build(w: dict[str, np.ndarray], max_batch: int = 2, max_step_tokens: int = 8
     logits = matmul(picked, const(w["head"]), transpose_b=True)  # [B, V] float32
     logits.name = "logits"
     net.mark_output(logits)
+    names = EMBEDDINGS_NAMES if embeddings else NAMES
     profiles = decoder_profiles(
-        net, max_batch=max_batch, max_step_tokens=max_step_tokens, names=NAMES
+        net, max_batch=max_batch, max_step_tokens=max_step_tokens, names=names
     )
-    roles = decoder_roles(net, profiles, names=NAMES)  # checks every role; raises if not
+    roles = decoder_roles(net, profiles, names=names)  # checks every role; raises if not
     return DecoderNetwork(builder, net, profiles, roles, keep)
 
 
@@ -135,28 +149,26 @@ def numpy_greedy(w: dict[str, np.ndarray], prompt: list[int], n: int) -> list[in
     return ids[len(prompt) :]
 
 
-def main() -> int:
-    from trt_kv.jobs import build_to_file
-    from trt_kv.runtime import Session, generate
-    from trt_kv.runtime.interpreter_backend import InterpreterBackend
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", action="store_true", help="a real GPU, not the emulated one")
-    parser.add_argument("--new-tokens", type=int, default=10)
-    args = parser.parse_args()
-    w, n = weights(), args.new_tokens
-    results = {"numpy": [numpy_greedy(w, p, n) for p in PROMPTS]}
-    results["interpreter"] = generate(Session(InterpreterBackend(build(w))), PROMPTS, n).ids
-
+def decode_everywhere(w: dict[str, np.ndarray], n: int, gpu: bool, embeddings: bool) -> dict:
+    """``n`` greedy ids of :data:`PROMPTS` on the interpreter and the (emulated) GPU
+    backends, for the network of ids or (``embeddings``) the one of embeddings."""
     from contextlib import nullcontext
 
     from trt_kv.emulator import emulated_gpu
+    from trt_kv.jobs import build_to_file
+    from trt_kv.runtime import Session, generate
     from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
+    from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-    where = "" if args.gpu else " (emulated GPU)"
-    with nullcontext() if args.gpu else emulated_gpu(), tempfile.TemporaryDirectory() as tmp:
-        net = build(w)  # built under the emulator: it records the network of the engine
+    # the embedding gather, on the host: ids [B, S] int32 -> [B, S, D] float32
+    extra = {"embed": lambda ids: w["embed"][ids]} if embeddings else {}
+    kind = " (embeddings)" if embeddings else ""
+    backend = InterpreterBackend(build(w, embeddings=embeddings), **extra)
+    results = {"interpreter" + kind: generate(Session(backend), PROMPTS, n).ids}
+    where = f" ({'GPU' if gpu else 'emulated GPU'}{', embeddings' if embeddings else ''})"
+    with nullcontext() if gpu else emulated_gpu(), tempfile.TemporaryDirectory() as tmp:
+        net = build(w, embeddings=embeddings)  # built under the emulator: it records the network
         path = build_to_file(
             net.builder,
             net.network,
@@ -166,13 +178,25 @@ def main() -> int:
             net.roles,
         ).path
         for name, make in (("tensorrt", TrtBackend), ("polygraphy", PolygraphyBackend)):
-            backend = make(path)
+            backend = make(path, **extra)
             try:
                 results[name + where] = generate(Session(backend), PROMPTS, n).ids
             finally:
                 backend.close()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", action="store_true", help="a real GPU, not the emulated one")
+    parser.add_argument("--new-tokens", type=int, default=10)
+    args = parser.parse_args()
+    w, n = weights(), args.new_tokens
+    results = {"numpy": [numpy_greedy(w, p, n) for p in PROMPTS]}
+    for embeddings in (False, True):
+        results.update(decode_everywhere(w, n, args.gpu, embeddings))
     for name, ids in results.items():
-        print(f"{name:<28} {ids}")
+        print(f"{name:<38} {ids}")
     agree = all(ids == results["numpy"] for ids in results.values())
     print("all backends agree with NumPy" if agree else "MISMATCH")
     return 0 if agree else 1

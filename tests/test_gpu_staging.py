@@ -24,7 +24,7 @@ def test_each_step_lands_whole_at_the_arranged_addresses():
     from trt_kv.runtime.gpu.staging import StepInputs
 
     stream = create_stream()
-    staging = StepInputs(frozenset(feed(1, 1, 0)), most_bytes=4 * 8 * 8)
+    staging = StepInputs(dict.fromkeys(feed(1, 1, 0), 4 * 8 * 8))
     try:
         for b, s in ((4, 8), (2, 1), (2, 1), (1, 3)):
             step = feed(b, s, seed=b * 10 + s)
@@ -47,7 +47,7 @@ def test_a_step_of_other_shapes_than_arranged_is_refused():
     from trt_kv.runtime.gpu.cuda import create_stream
     from trt_kv.runtime.gpu.staging import StepInputs
 
-    staging = StepInputs(frozenset(feed(1, 1, 0)), most_bytes=4 * 8 * 8)
+    staging = StepInputs(dict.fromkeys(feed(1, 1, 0), 4 * 8 * 8))
     try:
         staging.arrange(feed(2, 1, 0))
         with pytest.raises(ShapeError, match="input_ids: expected the arranged shape"):

@@ -8,7 +8,8 @@ fed in one dtype, with the batch B on axis 0:
 ==================  =========================  ==========  =================================
 role                default input name         dtype       shape
 ==================  =========================  ==========  =================================
-token_ids           ``input_ids``              int32       ``[B, S]`` (right-padded with 0)
+token_ids **        ``input_ids``              int32       ``[B, S]`` (right-padded with 0)
+embeddings **       ``inputs_embeds``          a float     ``[B, S, D]`` (``embed(token_ids)``)
 positions           ``position_ids``           int64       ``[B, S]`` (cache row of a token)
 write_indices       ``write_indices``          int32       ``[B]`` (first row written)
 kv_lengths *        ``key_value_lengths``      int32       ``[B]`` (valid keys after a step)
@@ -18,11 +19,14 @@ update_lengths *    ``update_lengths``         int32       ``[B + 1]`` (packed u
 logits (output)     ``logits``                 float32     ``[B, V]`` or ``[B, S, V]``
 ==================  =========================  ==========  =================================
 
-(* optional: fed when the network has the input.) Caches are ``[B, N, S_max, H]`` (layout
-``"BNSH"``) inputs with an aliased output, found from the cache-update layers. A network whose
-RoPE switches tables at a length (Phi-3's longrope) also declares ``long_rope_after``: the
-runtime prefills a sequence again when it crosses that length, and the network must then have
-``rope_lengths``. Every other input is an error: the runtime could not feed it.
+(* optional: fed when the network has the input. ** exactly one of the two: a network whose
+first input is embeddings declares their float dtype and static D, and its backends turn each
+step's ids into them with the ``embed`` function the user gives them.) Caches are
+``[B, N, S_max, H]`` (layout ``"BNSH"``) inputs with an aliased output, found from the
+cache-update layers. A network whose RoPE switches tables at a length (Phi-3's longrope) also
+declares ``long_rope_after``: the runtime prefills a sequence again when it crosses that
+length, and the network must then have ``rope_lengths``. Every other input is an error: the
+runtime could not feed it.
 
 :func:`decoder_roles` builds and checks the role map of a network; ``trt_kv.engine_file``
 writes it into the sidecar (``"roles"``) and the GPU backends check it against the engine.
@@ -47,13 +51,16 @@ class RoleSpec:
 
     plan_attr: str
     default_name: str
-    dtype: str
+    dtype: str | tuple[str, ...]  # one dtype, or those allowed
     rank: int
     required: bool
 
 
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+TOKEN_ROLES = ("token_ids", "embeddings")  # exactly one: what carries a step's tokens
 INPUT_ROLES = {
-    "token_ids": RoleSpec("input_ids", "input_ids", "int32", 2, True),
+    "token_ids": RoleSpec("input_ids", "input_ids", "int32", 2, False),
+    "embeddings": RoleSpec("input_ids", "inputs_embeds", FLOAT_DTYPES, 3, False),
     "positions": RoleSpec("position_ids", "position_ids", "int64", 2, True),
     "write_indices": RoleSpec("write_indices", "write_indices", "int32", 1, True),
     "kv_lengths": RoleSpec("kv_lengths", "key_value_lengths", "int32", 1, False),
@@ -80,7 +87,9 @@ class DecoderRoles:
     """The role map of a decoder network, and the sizes the runtime reads from it.
 
     ``inputs`` maps each role the network has to its input name; ``max_batch`` and
-    ``max_step_tokens`` are the largest B and S of ``token_ids`` over the profiles."""
+    ``max_step_tokens`` are the largest B and S of the token role (``token_ids`` or
+    ``embeddings``) over the profiles; ``embedding_dim`` and ``embedding_dtype`` are D and
+    the dtype of ``embeddings`` (None for a network of ``token_ids``)."""
 
     inputs: dict[str, str]
     logits: str
@@ -91,6 +100,13 @@ class DecoderRoles:
     max_step_tokens: int
     all_logits: bool  # logits [B, S, V] rather than [B, V]
     long_rope_after: int | None = None
+    embedding_dim: int | None = None
+    embedding_dtype: str | None = None
+
+    @property
+    def token_role(self) -> str:
+        """``"embeddings"`` or ``"token_ids"``: the role that carries a step's tokens."""
+        return "embeddings" if "embeddings" in self.inputs else "token_ids"
 
     def to_json(self) -> dict:
         return {**asdict(self), "caches": [asdict(c) for c in self.caches]}
@@ -118,16 +134,29 @@ def _network_specs(network: object) -> tuple[dict[str, Spec], dict[str, Spec]]:
     return ins, outs
 
 
-def _check_tensor(role: str, name: str, spec: Spec | None, dtype: str, ranks: tuple) -> None:
+def _check_tensor(
+    role: str, name: str, spec: Spec | None, dtype: str | tuple[str, ...], ranks: tuple
+) -> None:
     if spec is None:
         raise NetworkError(mismatch(f"role {role}", "a network tensor named", name, "none"))
     shape, actual = spec
-    if actual != dtype:
-        raise DTypeError(mismatch(f"{name} (role {role})", "dtype", dtype, actual))
+    allowed = (dtype,) if isinstance(dtype, str) else dtype
+    if actual not in allowed:
+        raise DTypeError(mismatch(f"{name} (role {role})", "dtype", " or ".join(allowed), actual))
     if len(shape) not in ranks:
         raise ShapeError(
             mismatch(f"{name} (role {role})", "rank", " or ".join(map(str, ranks)), len(shape))
         )
+
+
+def _check_token_role(roles_of: object, where: str) -> str:
+    """The one token role among ``roles_of``. Raises NetworkError: both, or neither."""
+    found = [r for r in TOKEN_ROLES if r in roles_of]
+    if len(found) != 1:
+        raise NetworkError(
+            mismatch(where, "exactly one of the roles", " or ".join(TOKEN_ROLES), found or "none")
+        )
+    return found[0]
 
 
 def check_roles(
@@ -136,11 +165,14 @@ def check_roles(
     """Check ``roles`` against a network's (or an engine sidecar's) declared I/O.
 
     Raises:
-        NetworkError: a role naming no tensor, a required role missing, an input that has no
-            role (the runtime could not feed it), a cache pair that is not one.
+        NetworkError: a role naming no tensor, a required role missing, both or neither of
+            ``token_ids`` and ``embeddings``, an input that has no role (the runtime could
+            not feed it), a cache pair that is not one.
         DTypeError, ShapeError: a role's tensor of another dtype or rank than the contract's
-            (or logits whose V differs from ``vocab_size``).
+            (or logits whose V differs from ``vocab_size``, embeddings whose D or dtype
+            differ from ``embedding_dim`` / ``embedding_dtype``).
     """
+    _check_token_role(roles.inputs, "decoder roles")
     for role, spec in INPUT_ROLES.items():
         if spec.required and role not in roles.inputs:
             raise NetworkError(mismatch("decoder roles", "the required role", role, "missing"))
@@ -150,6 +182,12 @@ def check_roles(
     for role, name in roles.inputs.items():
         spec = INPUT_ROLES[role]
         _check_tensor(role, name, inputs.get(name), spec.dtype, (spec.rank,))
+    if "embeddings" in roles.inputs:
+        name = roles.inputs["embeddings"]
+        shape, dtype = inputs[name]
+        if (shape[2], dtype) != (roles.embedding_dim, roles.embedding_dtype):
+            want = f"[B, S, {roles.embedding_dim}] {roles.embedding_dtype}"
+            raise ShapeError(mismatch(f"{name} (role embeddings)", "", want, f"{shape} {dtype}"))
     _check_tensor(LOGITS_ROLE, roles.logits, outputs.get(roles.logits), "float32", (2, 3))
     shape = outputs[roles.logits][0]
     if shape[-1] != roles.vocab_size or (len(shape) == 3) != roles.all_logits:
@@ -191,8 +229,8 @@ def decoder_roles(
     """The checked role map of ``network`` (every input and output already added).
 
     Args:
-        profiles: the optimization profiles it is built with (B and S bounds come from
-            ``token_ids``'s ranges).
+        profiles: the optimization profiles it is built with (B and S bounds come from the
+            ranges of ``token_ids``, or of ``embeddings``).
         names: role -> tensor name where it is not the default (:data:`INPUT_ROLES`,
             ``"logits"``); an optional role is taken when the network has its input.
         long_rope_after: the length past which a sequence must be prefilled again (longrope's
@@ -201,7 +239,7 @@ def decoder_roles(
     Raises:
         ArgumentError: ``names`` naming an unknown role, ``long_rope_after`` not an int >= 1.
         NetworkError, DTypeError, ShapeError: as :func:`check_roles`; caches of different
-            S_max; no cache at all.
+            S_max; no cache at all; embeddings whose D (axis 2) is not static.
     """
     names = dict(names or {})
     unknown = sorted(set(names) - {*INPUT_ROLES, LOGITS_ROLE})
@@ -223,20 +261,27 @@ def decoder_roles(
         raise ShapeError(mismatch("caches", "one S_max (axis 2)", "", sorted(s_max)))
     logits = names.get(LOGITS_ROLE, LOGITS_ROLE)
     _check_tensor(LOGITS_ROLE, logits, outputs.get(logits), "float32", (2, 3))
-    _check_tensor("token_ids", chosen["token_ids"], inputs.get(chosen["token_ids"]), "int32", (2,))
-    tokens, vocab = inputs[chosen["token_ids"]][0], outputs[logits][0][-1]
+    token_role = _check_token_role(chosen, "network inputs")
+    token, spec = chosen[token_role], INPUT_ROLES[token_role]
+    _check_tensor(token_role, token, inputs.get(token), spec.dtype, (spec.rank,))
+    (tokens, token_dtype), vocab = inputs[token], outputs[logits][0][-1]
     if vocab < 1:
         raise ShapeError(mismatch(f"{logits} (role logits)", "a static V (last axis)", "", vocab))
+    embedded = token_role == "embeddings"
+    if embedded and tokens[2] < 1:
+        raise ShapeError(mismatch(f"{token} (role embeddings)", "a static D (axis 2)", "", -1))
     roles = DecoderRoles(
         inputs=chosen,
         logits=logits,
         caches=tuple(CacheRole(a.input, a.output) for a in aliases),
         vocab_size=vocab,
         max_seq_len=s_max.pop(),
-        max_batch=_most(profiles, chosen["token_ids"], tokens, 0),
-        max_step_tokens=_most(profiles, chosen["token_ids"], tokens, 1),
+        max_batch=_most(profiles, token, tokens, 0),
+        max_step_tokens=_most(profiles, token, tokens, 1),
         all_logits=len(outputs[logits][0]) == 3,
         long_rope_after=long_rope_after,
+        embedding_dim=tokens[2] if embedded else None,
+        embedding_dtype=token_dtype if embedded else None,
     )
     check_roles(roles, inputs, outputs)
     return roles
@@ -264,10 +309,11 @@ def decoder_profiles(
 ) -> list[Profile]:
     """The two optimization profiles of a decoder: ``decode`` (S = 1) and ``prefill``
     (S = 1..``max_step_tokens``), B in [1, ``max_batch``] (optimized for ``max_batch``):
-    ``[B, S]`` for ``token_ids`` / ``positions``, ``[B]`` for the other per-sequence roles
-    (``[B + 1]`` for ``update_lengths``), ``[B, N, S_max, H]`` for each cache. With
-    ``one_profile``: one, ``steps`` (S = 1..``max_step_tokens``, optimized for S = 1), for
-    networks whose constants TensorRT would store once per profile (INT4 weights).
+    ``[B, S]`` for ``token_ids`` / ``positions``, ``[B, S, D]`` for ``embeddings``, ``[B]``
+    for the other per-sequence roles (``[B + 1]`` for ``update_lengths``), ``[B, N, S_max, H]``
+    for each cache. With ``one_profile``: one, ``steps`` (S = 1..``max_step_tokens``, optimized
+    for S = 1), for networks whose constants TensorRT would store once per profile (INT4
+    weights).
 
     Raises:
         ArgumentError: ``max_batch`` or ``max_step_tokens`` not an integer >= 1.
@@ -281,8 +327,8 @@ def decoder_profiles(
     for name, s_opt, s in steps:
         shapes = {}
         for tensor, (role, shape) in roles.items():
-            if role in ("token_ids", "positions"):
-                shapes[tensor] = ((1, 1), (b, s_opt), (b, s))
+            if role in (*TOKEN_ROLES, "positions"):  # [B, S] (embeddings: [B, S, D])
+                shapes[tensor] = tuple((n, m, *shape[2:]) for n, m in ((1, 1), (b, s_opt), (b, s)))
             elif role == "cache":
                 shapes[tensor] = tuple((n, *shape[1:]) for n in (1, b, b))
             elif role == "update_lengths":
@@ -294,7 +340,8 @@ def decoder_profiles(
 
 
 def name_dimensions(network: object, names: Mapping[str, str] | None = None) -> None:
-    """Name axis 0 of every input ``B`` and axis 1 of the token roles ``S``
+    """Name axis 0 of every input ``B`` and axis 1 of the token roles (``token_ids``,
+    ``embeddings``, ``positions``) ``S``
     (``ITensor.set_dimension_name``: dimensions named alike are equal at run time, so the
     builder compiles the kernels that read every layer's caches once); nothing on a TensorRT
     without dimension names."""
@@ -304,7 +351,7 @@ def name_dimensions(network: object, names: Mapping[str, str] | None = None) -> 
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
         tensor.set_dimension_name(0, "B")
-        if roles[tensor.name][0] in ("token_ids", "positions"):
+        if roles[tensor.name][0] in (*TOKEN_ROLES, "positions"):
             tensor.set_dimension_name(1, "S")
 
 

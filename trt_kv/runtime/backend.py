@@ -6,6 +6,7 @@ interpreter, trt_kv's own TensorRT bindings (fast path) and Polygraphy's ``TrtRu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -69,16 +70,32 @@ def check_open(backend: str, closed: bool) -> None:
         raise ClosedError(mismatch(backend, "an open backend", "", "closed"))
 
 
-def step_feed(plan: StepPlan, roles: DecoderRoles) -> dict[str, np.ndarray]:
+def step_feed(
+    plan: StepPlan, roles: DecoderRoles, embed: Callable[[StepPlan], np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """The non-cache inputs of a step: each input of ``roles`` (the network's decoder
-    contract, :mod:`trt_kv.builder.contract`) with the :class:`StepPlan` array of its role."""
-    return {name: getattr(plan, attr) for name, attr in roles.feed_names().items()}
+    contract, :mod:`trt_kv.builder.contract`) with the :class:`StepPlan` array of its role;
+    the ``embeddings`` role with ``embed(plan)`` (a backend's
+    :class:`~trt_kv.runtime.embedding.StepEmbedder`: ``[B, S, D]`` from the step's ids).
+
+    Raises:
+        ArgumentError: an embeddings network and no ``embed``.
+        DTypeError, ShapeError, ArgumentError: as :class:`StepEmbedder` (bad embeddings).
+    """
+    feed = {name: getattr(plan, attr) for name, attr in roles.feed_names().items()}
+    if roles.token_role == "embeddings":
+        if embed is None:
+            raise ArgumentError(mismatch("embed", "a function for embeddings", "", None))
+        feed[roles.inputs["embeddings"]] = embed(plan)
+    return feed
 
 
 def step_shapes(plan: StepPlan, roles: DecoderRoles, storage: CacheStorage) -> dict:
-    """The shape of every input of a step: the non-cache ones (:func:`step_feed`) and each
-    cache window ``[B, N, S_max, H]``."""
-    shapes = {name: host.shape for name, host in step_feed(plan, roles).items()}
+    """The shape of every input of a step: the non-cache ones (:func:`step_feed`,
+    ``[B, S, D]`` for embeddings) and each cache window ``[B, N, S_max, H]``."""
+    shapes = {name: getattr(plan, attr).shape for name, attr in roles.feed_names().items()}
+    if roles.token_role == "embeddings":
+        shapes[roles.inputs["embeddings"]] += (roles.embedding_dim,)
     window = (len(plan.counts), *storage.slot_shape)
     shapes.update({a.input: window for a in storage.aliases})
     return shapes

@@ -10,6 +10,7 @@ from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
 from trt_kv.runtime.backend import StepProfiles, last_token_logits, step_feed, take_roles
 from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.embedding import EmbedFn, step_embedder
 from trt_kv.runtime.host_memory import keep_freed_memory
 from trt_kv.runtime.storage import HostCaches
 
@@ -28,7 +29,12 @@ class InterpreterBackend:
     name = "interpreter"
 
     def __init__(
-        self, net: object, *, capacity: int | None = None, wide_float16_caches: bool = True
+        self,
+        net: object,
+        *,
+        capacity: int | None = None,
+        wide_float16_caches: bool = True,
+        embed: EmbedFn | None = None,
     ) -> None:
         """``net``: any network with ``network``, ``profiles`` and ``roles`` attributes (a
         :class:`~trt_kv.builder.contract.DecoderNetwork`, a model's network such as
@@ -36,7 +42,8 @@ class InterpreterBackend:
 
         Raises ArgumentError (before the process-wide malloc setting changes): ``net``
         without decoder roles, ``capacity`` not None or an integer >= 1 (0 was taken as "the
-        network's max_batch"), ``wide_float16_caches`` not a bool."""
+        network's max_batch"), ``wide_float16_caches`` not a bool, ``embed`` missing for a
+        network of embeddings (or given for one of token ids: :mod:`trt_kv.runtime.embedding`)."""
         roles = getattr(net, "roles", None)
         if not isinstance(roles, DecoderRoles) or not hasattr(net, "network"):
             raise ArgumentError(
@@ -50,6 +57,7 @@ class InterpreterBackend:
         if capacity is not None:
             check_int("capacity", capacity, 1)
         wide = check_bool("wide_float16_caches", wide_float16_caches)
+        self.embed = step_embedder(roles, embed)
         keep_freed_memory()  # the steps' large temporaries reuse heap memory, no page faults
         self.net = net
         take_roles(self, roles)
@@ -61,11 +69,15 @@ class InterpreterBackend:
         self.step_profile = StepProfiles(net.profiles, roles, self.storage)
 
     def check_plan(self, plan: StepPlan) -> int:
-        """The profile that runs ``plan``. Raises ShapeError: none holds its shapes."""
-        return self.step_profile(plan)
+        """The profile that runs ``plan``. Raises ShapeError: none holds its shapes; as
+        :class:`~trt_kv.runtime.embedding.StepEmbedder`: bad embeddings."""
+        profile = self.step_profile(plan)
+        if self.embed is not None:
+            self.embed(plan)
+        return profile
 
     def run(self, plan: StepPlan) -> np.ndarray:
         self.profile = self.check_plan(plan)
-        feed = step_feed(plan, self.roles)
+        feed = step_feed(plan, self.roles, self.embed)
         feed.update(self.storage.window(plan.lo, len(plan.counts)))
         return last_token_logits(self.plan.run(feed)[self.roles.logits], plan)

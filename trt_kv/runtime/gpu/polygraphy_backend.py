@@ -26,6 +26,7 @@ from trt_kv.runtime.backend import (
     take_roles,
 )
 from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.embedding import EmbedFn, step_embedder
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 
@@ -61,13 +62,17 @@ class PolygraphyBackend:
 
     name = "polygraphy"
 
-    def __init__(self, engine_path: str | Path, *, capacity: int | None = None) -> None:
+    def __init__(
+        self, engine_path: str | Path, *, capacity: int | None = None, embed: EmbedFn | None = None
+    ) -> None:
+        """``embed``: as :class:`~trt_kv.runtime.gpu.trt_backend.TrtBackend`'s."""
         from polygraphy.backend.trt import TrtRunner
         from polygraphy.datatype import DataType
 
         loaded = open_decoder_engine(engine_path, capacity)
         self.meta = loaded.meta
         take_roles(self, loaded.roles)
+        self.embed = step_embedder(self.roles, embed)
         self.storage = DeviceCaches(self.meta.aliases, loaded.capacity)
         self.step_profile = StepProfiles(self.meta.profiles, self.roles, self.storage)
         self.view_dtypes = {
@@ -82,14 +87,19 @@ class PolygraphyBackend:
 
     def check_plan(self, plan: StepPlan) -> int:
         """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
-        ShapeError when no profile holds the step's shapes; changes nothing."""
+        ShapeError when no profile holds the step's shapes, as
+        :class:`~trt_kv.runtime.embedding.StepEmbedder` for bad embeddings; changes
+        nothing."""
         check_open("PolygraphyBackend", self.closed)
-        return self.step_profile(plan)
+        profile = self.step_profile(plan)
+        if self.embed is not None:
+            self.embed(plan)
+        return profile
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("PolygraphyBackend", self.closed)
         profile = self.check_plan(plan)  # ShapeError: no profile holds the step
-        steps = step_feed(plan, self.roles)
+        steps = step_feed(plan, self.roles, self.embed)
         views = self.cache_views(plan.lo, len(plan.counts))
         feed: dict[str, object] = {**steps, **views}
         if profile != self.runner.context.active_optimization_profile:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from trt_kv import dtypes
+from trt_kv.builder.contract import DecoderRoles
 from trt_kv.errors import ShapeError, mismatch
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, PinnedBuffer
 from trt_kv.runtime.gpu.device import ALIGNMENT
@@ -23,12 +25,23 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
 
-class StepInputs:
-    """Staging for inputs ``names``, each at most ``most_bytes`` a step."""
+def step_input_bytes(roles: DecoderRoles, batch: int) -> dict[str, int]:
+    """The most bytes of each non-cache input of a step of ``batch`` sequences: an int64
+    ``[B, S]`` bounds each id-shaped one, ``[B, S, D]`` of its dtype the embeddings."""
+    most = batch * roles.max_step_tokens * 8
+    sizes = dict.fromkeys(roles.feed_names(), most)
+    if roles.token_role == "embeddings":
+        width = roles.embedding_dim * dtypes.to_numpy(roles.embedding_dtype).itemsize
+        sizes[roles.inputs["embeddings"]] = batch * roles.max_step_tokens * width
+    return sizes
 
-    def __init__(self, names: frozenset[str], most_bytes: int) -> None:
-        self.names = sorted(names)
-        size = max(_aligned(most_bytes) * len(self.names), ALIGNMENT)
+
+class StepInputs:
+    """Staging for the inputs of ``most_bytes`` (name -> the most bytes it has a step)."""
+
+    def __init__(self, most_bytes: Mapping[str, int]) -> None:
+        self.names = sorted(most_bytes)
+        size = max(sum(_aligned(n) for n in most_bytes.values()), ALIGNMENT)
         self.host = PinnedBuffer(size)
         self.device = DeviceBuffer(size, "step inputs")
         self.views: dict[str, np.ndarray] = {}  # name -> its pinned array, for this layout

@@ -49,11 +49,12 @@ from trt_kv.runtime.backend import (
     take_roles,
 )
 from trt_kv.runtime.cache_state import StepPlan
+from trt_kv.runtime.embedding import EmbedFn, step_embedder
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
-from trt_kv.runtime.gpu.staging import StepInputs
+from trt_kv.runtime.gpu.staging import StepInputs, step_input_bytes
 
 GraphMode = Literal["runtime", "manual"]
 # Captured decode graphs kept by one backend (manual capture): one per binding state
@@ -90,7 +91,11 @@ class TrtBackend:
         cuda_graph: bool | GraphMode = False,
         runtime_cache: str | Path | None = None,
         rebind_every_step: bool = False,
+        embed: EmbedFn | None = None,
     ) -> None:
+        """``embed``: ids ``[B, S]`` -> the ``[B, S, D]`` input of an engine whose token role
+        is ``embeddings`` (:mod:`trt_kv.runtime.embedding`); ArgumentError when it is missing
+        for one, or given for an engine of token ids (before any buffer is allocated)."""
         self.graph_mode = _graph_mode(cuda_graph)
         # True: set the profile, every shape and address at every step, as trt_kv did before
         # it bound once; kept for scripts/bench_host.py's comparison, not for use.
@@ -101,6 +106,7 @@ class TrtBackend:
         loaded = open_decoder_engine(engine_path, capacity)
         self.engine, self.meta, capacity = loaded.engine, loaded.meta, loaded.capacity
         take_roles(self, loaded.roles)
+        self.embed = step_embedder(self.roles, embed)
         self.runtime_config = None  # outlives the context that uses it
         self.runtime_cache: RuntimeCacheFile | None = None
         if self.graph_mode == "runtime" or cache_path is not None:
@@ -120,8 +126,7 @@ class TrtBackend:
         self.storage = DeviceCaches(self.meta.aliases, capacity)
         self.step_profile = StepProfiles(self.meta.profiles, self.roles, self.storage)
         self.stream = create_stream()
-        most = capacity * self.max_step_tokens * 8  # int64 [B, S] is the largest step input
-        self.staging = StepInputs(frozenset(self.roles.feed_names()), most)
+        self.staging = StepInputs(step_input_bytes(self.roles, capacity))
         rows = capacity * (self.max_step_tokens if self.roles.all_logits else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4, self.roles.logits)
 
@@ -138,7 +143,7 @@ class TrtBackend:
     def _bind(self, plan: StepPlan) -> tuple:
         """Upload ``plan``'s inputs, binding first where the binding state changed; returns
         the state ``(profile, lo, B, S)``."""
-        feed = step_feed(plan, self.roles)
+        feed = step_feed(plan, self.roles, self.embed)
         key = (plan.lo, *plan.input_ids.shape)
         if key != self._bound or self.rebind_every_step:
             self._bound = None  # until every call below succeeded
@@ -208,9 +213,14 @@ class TrtBackend:
 
     def check_plan(self, plan: StepPlan) -> int:
         """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
-        ShapeError when no profile holds the step's shapes; changes nothing."""
+        ShapeError when no profile holds the step's shapes, as
+        :class:`~trt_kv.runtime.embedding.StepEmbedder` for bad embeddings; changes
+        nothing."""
         check_open("TrtBackend", self.closed)
-        return self.step_profile(plan)
+        profile = self.step_profile(plan)
+        if self.embed is not None:
+            self.embed(plan)
+        return profile
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
