@@ -243,6 +243,7 @@ _ROLE_KEYS = (
     "all_logits",
     "long_rope_after",
 )
+_EMBEDDING_KEYS = ("embedding_dim", "embedding_dtype")  # written by networks of embeddings
 
 
 def _roles(where: str, value: object) -> DecoderRoles | None:
@@ -250,7 +251,10 @@ def _roles(where: str, value: object) -> DecoderRoles | None:
     buffers and steps from it)."""
     if value is None:
         return None
-    d = _record(where, value, _ROLE_KEYS)
+    keys = _ROLE_KEYS + (
+        _EMBEDDING_KEYS if isinstance(value, dict) and _EMBEDDING_KEYS[0] in value else ()
+    )
+    d = _record(where, value, keys)
     inputs = d["inputs"]
     if not isinstance(inputs, dict) or not inputs:
         raise _fail(f"{where}.inputs", "an object: role -> input name", inputs)
@@ -267,6 +271,9 @@ def _roles(where: str, value: object) -> DecoderRoles | None:
     _typed(bool, "true or false")(f"{where}.all_logits", d["all_logits"])
     if d["long_rope_after"] is not None:
         _count(f"{where}.long_rope_after", d["long_rope_after"])
+    if d.get("embedding_dim") is not None or "embeddings" in inputs:
+        _count(f"{where}.embedding_dim", d.get("embedding_dim"))
+        _dtype(f"{where}.embedding_dtype", d.get("embedding_dtype"))
     try:
         return DecoderRoles.from_json({**d, "caches": [vars(c) for c in caches]})
     except ArgumentError as err:
