@@ -20,7 +20,11 @@ from trt_kv.errors import TrtKvError, mismatch
 # C Best Practices Guide guarantees at least 256 bytes; TensorRT asks for 256-byte aligned
 # tensor addresses, so every emulated allocation starts on a 256-byte boundary.
 ALIGNMENT = 256
-DEVICE_BASE = 0x7E00_0000_0000
+# Above every user-space address a host allocation can get without asking for one (x86-64
+# and arm64 hand out addresses below 2**48 unless a program passes a hint above it), so no
+# host buffer (a pinned block, a NumPy array) is ever mistaken for device memory; at
+# 0x7E00_0000_0000 a host mapping placed low by ASLR once landed inside the range.
+DEVICE_BASE = 1 << 52
 DEVICE_SPAN = 1 << 40  # pointers in [DEVICE_BASE, DEVICE_BASE + DEVICE_SPAN) are device pointers
 GUARD = ALIGNMENT  # unmapped bytes between allocations: an overrun never lands in a neighbour
 # cudaMalloc: "The memory is not cleared." New allocations hold this byte (0xFFFF is a NaN in
