@@ -2,6 +2,8 @@
 the reference ids (tiny checkpoint in every dtype; the default model in float32 against the
 reference, in float16 and bfloat16 against the interpreter on the same network)."""
 
+import json
+
 import pytest
 from test_cli import run_json
 from test_cli import tiny_model as tiny_model  # the fixture
@@ -119,3 +121,23 @@ def test_an_engine_of_another_model_or_no_decoder_is_refused_by_name(tiny_model,
         argv = ["generate", "--model", str(model), "--engine", str(path), "--emulate-gpu"]
         assert main([*argv, "--backend", "tensorrt", "-q"]) == 2
         assert capsys.readouterr().err == f"trt-kv: error: {message}\n"
+
+
+def test_an_engine_s_sizes_are_the_ones_prompts_are_judged_by(tiny_model, tmp_path, capsys):
+    """With --model and --engine, prompts were judged against --max-seq-len's default 512, not
+    the engine's S_max 24: a prompt that fits 512 but not 24 reached the engine (review)."""
+    assert main(["build", "--model", str(tiny_model), "--out", str(tmp_path), *SHAPES, "-q"]) == 0
+    (engine,) = tmp_path.glob(f"{tiny_model.name}-*.engine")
+    base = ["generate", "--model", str(tiny_model), "--engine", str(engine), "--emulate-gpu"]
+    base += ["--backend", "tensorrt", "-q"]
+    capsys.readouterr()
+    ids = ",".join(["3"] * 20)
+    assert main([*base, "--prompt-ids", ids, "--max-new-tokens", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trt-kv: error: ") and "24" in err and "Traceback" not in err
+    assert main([*base, "--prompt-ids", ids, "--max-seq-len", "64"]) == 2
+    assert capsys.readouterr().err == (
+        "trt-kv: error: --max-seq-len: expected the --engine's 24 (or leave it out), got 64\n"
+    )
+    assert main([*base, "--prompt-ids", ids, "--max-new-tokens", "4", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["ids"][0]) == 4

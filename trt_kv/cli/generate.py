@@ -289,7 +289,25 @@ def check_before_loading(args: argparse.Namespace) -> None:
     check_model(args)
     options.check_sampling_options(args)
     if args.engine is not None:
-        engine_sidecar(args.engine)
+        take_engine_sizes(args, engine_sidecar(args.engine))
+
+
+def take_engine_sizes(args: argparse.Namespace, roles: DecoderRoles) -> None:
+    """With ``--engine``, S_max and the step width are the engine's: ``--max-seq-len`` /
+    ``--max-step-tokens`` take them (prompt and new-token checks then judge against what
+    runs). Raises ArgumentError for an option given with another value."""
+    from trt_kv import build_defaults
+
+    for option, attr, default in (
+        ("--max-seq-len", "max_seq_len", build_defaults.MAX_SEQ_LEN),
+        ("--max-step-tokens", "max_step_tokens", None),
+    ):
+        given, built = getattr(args, attr, None), getattr(roles, attr)
+        if given not in (default, built):
+            raise ArgumentError(
+                mismatch(option, f"the --engine's {built} (or leave it out)", "", given)
+            )
+        setattr(args, attr, built)
 
 
 def unknown_ids_note(tokenizer: object, ids: list[list[int]]) -> str | None:
