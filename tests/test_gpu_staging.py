@@ -54,3 +54,11 @@ def test_a_step_of_other_shapes_than_arranged_is_refused():
             staging.upload(feed(2, 2, 0), create_stream())
     finally:
         staging.free()
+
+
+def test_pinned_memory_that_cannot_be_had_is_a_device_memory_error():
+    from trt_kv.errors import DeviceMemoryError
+    from trt_kv.runtime.gpu.cuda import PinnedBuffer
+
+    with pytest.raises(DeviceMemoryError, match=r"cudaHostAlloc of step inputs: expected host"):
+        PinnedBuffer(1 << 62, "step inputs")

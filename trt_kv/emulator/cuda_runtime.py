@@ -163,7 +163,10 @@ def cudaHostAlloc(size: int, flags: int) -> int:
     # "Allocates size bytes of host memory that is page-locked and accessible to the device."
     if int(flags) & ~_HOST_ALLOC_FLAGS:
         raise CudaCallFailed(cudaError_t.cudaErrorInvalidValue, f"cudaHostAlloc flags {flags}")
-    return _state().host_alloc(max(int(size), 1))
+    try:
+        return _state().host_alloc(max(int(size), 1))
+    except (MemoryError, OverflowError) as e:  # no host memory to give: CUDA's answer
+        raise CudaCallFailed(cudaError_t.cudaErrorMemoryAllocation, str(e)) from e
 
 
 @_returns(0)

@@ -239,15 +239,25 @@ class DeviceBuffer:
 class PinnedBuffer:
     """``nbytes`` of page-locked host memory (``cudaHostAlloc``): async copies from it are
     true DMA, read when the stream reaches them, so it must not change until then.
-    Freed on :meth:`free` or collection."""
+    Freed on :meth:`free` or collection.
 
-    def __init__(self, nbytes: int) -> None:
+    Raises:
+        DeviceMemoryError: cudaHostAlloc found no memory to pin (naming ``what`` and the
+            bytes asked for).
+    """
+
+    def __init__(self, nbytes: int, what: str = "pinned host buffer") -> None:
         from cuda.bindings import runtime as rt
 
         self._rt = rt
         self.nbytes = nbytes
         self.ptr = 0  # until cudaHostAlloc succeeds
-        self.ptr = int(check(rt.cudaHostAlloc(max(nbytes, 1), rt.cudaHostAllocDefault)))
+        err, ptr = rt.cudaHostAlloc(max(nbytes, 1), rt.cudaHostAllocDefault)
+        if err == rt.cudaError_t.cudaErrorMemoryAllocation:
+            raise DeviceMemoryError(
+                mismatch(f"cudaHostAlloc of {what}", "host memory to pin", "", f"{nbytes:,} bytes")
+            )
+        self.ptr = int(check((err, ptr)))
 
     def view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A writable NumPy array ``shape`` of ``dtype`` over the bytes at ``offset``."""

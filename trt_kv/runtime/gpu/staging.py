@@ -42,7 +42,7 @@ class StepInputs:
     def __init__(self, most_bytes: Mapping[str, int]) -> None:
         self.names = sorted(most_bytes)
         size = max(sum(_aligned(n) for n in most_bytes.values()), ALIGNMENT)
-        self.host = PinnedBuffer(size)
+        self.host = PinnedBuffer(size, "step inputs")
         self.device = DeviceBuffer(size, "step inputs")
         self.views: dict[str, np.ndarray] = {}  # name -> its pinned array, for this layout
         self.used = 0  # bytes of the packed span
