@@ -182,10 +182,8 @@ def test_ctrl_c_during_the_tensorrt_build_cancels_it_and_writes_nothing(tmp_path
     try:
         seen = _wait_for(child.stderr, "TensorRT build", time.monotonic() + 120)
         time.sleep(0.5)  # inside build_serialized_network (seconds of work ahead)
-        sent = time.monotonic()
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=120)
-        stopped = time.monotonic() - sent
     finally:
         child.kill()
     err = seen + err.decode(errors="replace")
@@ -193,7 +191,6 @@ def test_ctrl_c_during_the_tensorrt_build_cancels_it_and_writes_nothing(tmp_path
     assert _trt_cancelled(err), err  # stopped by the monitor, not built to the end
     assert out.decode().strip() == "INTERRUPTED []", (out, err)
     assert "Exception caught in log()" not in err
-    assert stopped < 30  # cancelled, not built to the end and then refused
 
 
 def _write_model(folder: Path, layers: int) -> Path:
