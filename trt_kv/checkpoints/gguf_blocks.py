@@ -17,14 +17,17 @@ Q5_K   as Q4_K, q in [0, 31]           INT8 ``q - 16`` block 32, zero 16, mins
 Q6_K   ``d sc (q - 32)`` per 16        INT8 block 16
 Q3_K   ``d (sc - 32) q``, q in [-4, 3] INT4 block 16
 Q2_K   ``d sc q - dmin m`` per 16      INT4 block 16 (q in [0, 3]), mins
+IQ4_NL ``d L[i]``, per 32              INT8 block 32 (the int8 level ``L[i]``)
+IQ4_XS ``d (sc - 32) L[i]`` per 32     INT8 block 32
+TQ2_0  ``d (q - 1)``, per 256          INT4 block 32 (``d`` repeated)
+MXFP4  ``2^(e - 128) F[i]``, per 32    INT8 block 32 (``F``: FP4 values doubled)
 ====== ============================== ========================================
 
 (the K-quants' ``sc`` and ``m`` are 4- or 6-bit integers of each sub-block, ``d``/``dmin``
-the float16 scales of its 256-weight super-block). Every other quantized type (the
-I-quants' codebooks, the ternary and FP4 types) is re-quantized from gguf's own
-dequantization to the nearest form TensorRT takes: types of at most 4 bits per weight to
-INT4 with a minimum per 32 (as Q4_1), the others to symmetric INT8 per 32; the largest error
-is recorded in the matrix (and the engine's sidecar).
+the float16 scales of its 256-weight super-block). The other quantized types (TQ1_0's
+base-3 packing, NVFP4, the lattice I-quants IQ1-IQ3) are re-quantized from gguf's own
+dequantization to INT4 with a minimum per 32 (as Q4_1), an unknown one to symmetric INT8 per
+32; the largest error is recorded in the matrix (and the engine's sidecar).
 """
 
 from __future__ import annotations
