@@ -4,19 +4,21 @@ NumPy, the quantized product in a network, and the real TensorRT-RTX builder on 
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, quants
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
+from trt_kv import dtypes
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, build_engine, create_network
 from trt_kv.checkpoints.gguf_blocks import keep_quantized
+from trt_kv.cli.inspect import weights_line
 from trt_kv.errors import ArgumentError
 from trt_kv.interpreter import compile_network
 from trt_kv.jobs import BuildOptions
 from trt_kv.models.llama.graph import Graph
 from trt_kv.quantization import QuantizedMatrix, quantize_asymmetric4, quantize_symmetric
 from trt_kv.quantization.blocks import pack_int4, unpack_int4
-from trt_kv.quantization.network import quantized_linear
-from trt_kv.quantization.storage import check_weight_format
+from trt_kv.quantization.network import block_offsets, quantized_linear
+from trt_kv.quantization.storage import check_weight_format, weight_storage
 
 RNG = np.random.default_rng(34)
 N, K = 16, 256
@@ -29,44 +31,120 @@ def _gguf(type_name: str, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return raw, quants.dequantize(raw, kind).reshape(w.shape)
 
 
-# K-quant blocks of random bytes with sane float16 super-scales: (bytes per 256, offsets of
-# the float16 fields); gguf cannot quantize these types, but it dequantizes them.
-_K_BLOCKS = {"Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (144, (0, 2))}
-_K_BLOCKS |= {"Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
+# types gguf cannot quantize: (bytes per block, offsets of the float16 scales)
+_HAND_BUILT = {"Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (144, (0, 2))}
+_HAND_BUILT |= {"Q5_K": (176, (0, 2)), "Q6_K": (210, (208,)), "IQ4_NL": (18, (0,))}
+_HAND_BUILT |= {"IQ4_XS": (136, (0,)), "IQ2_XXS": (66, (0,))}
 
 
-def _k_quant(type_name: str) -> tuple[np.ndarray, np.ndarray]:
-    size, fields = _K_BLOCKS[type_name]
-    raw = RNG.integers(0, 256, (N, K // 256, size), dtype=np.uint8)
+def _hand_built(type_name: str, n: int = N, k: int = K) -> tuple[np.ndarray, np.ndarray]:
+    """Random blocks of a type gguf dequantizes but cannot quantize: random bytes, but
+    positive float16 super-scales (as llama.cpp writes them) at their offsets."""
+    size, fields = _HAND_BUILT[type_name]
+    weights = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
+    raw = RNG.integers(0, 256, (n, k // weights, size), dtype=np.uint8)
     for offset in fields:
-        raw[..., offset : offset + 2] = np.array([0.01], np.float16).view(np.uint8)
-    raw = raw.reshape(N, -1)
+        scale = (RNG.random((n, k // weights, 1)) * 0.02 + 1e-3).astype(np.float16)
+        raw[..., offset : offset + 2] = scale.view(np.uint8)
+    raw = raw.reshape(n, -1)
     kind = GGMLQuantizationType[type_name]
-    return raw, quants.dequantize(raw, kind).reshape(N, K)
+    return raw, quants.dequantize(raw, kind).reshape(n, k)
 
 
-@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
+def _stored(type_name: str, n: int = N, k: int = K) -> tuple[np.ndarray, np.ndarray]:
+    """(raw bytes, gguf's float32 dequantization) of a random ``[n, k]`` matrix."""
+    if type_name in _HAND_BUILT:
+        return _hand_built(type_name, n, k)
+    return _gguf(type_name, RNG.standard_normal((n, k)).astype(np.float32))
+
+
+# every type mapped exactly: (bits, block) of its held codes
+EXACT = {"Q8_0": (8, 32), "Q4_0": (4, 32), "Q4_1": (4, 32), "Q5_0": (8, 32), "Q5_1": (8, 32)}
+EXACT |= {"Q4_K": (4, 32), "Q5_K": (8, 32), "Q6_K": (8, 16), "Q3_K": (4, 16), "Q2_K": (4, 16)}
+EXACT |= {"IQ4_NL": (8, 32), "IQ4_XS": (8, 32), "TQ2_0": (4, 32), "MXFP4": (8, 32)}
+
+
+@pytest.mark.parametrize("type_name", list(EXACT))
 def test_exact_gguf_types_dequantize_bit_for_bit_as_gguf(type_name):
-    raw, expected = _gguf(type_name, RNG.standard_normal((N, K)).astype(np.float32))
+    """The held codes, float32 scales and minimums give gguf's float32 values bit for bit
+    (see trt_kv/quantization/blocks.py: every product before the minimum's sum is exact)."""
+    raw, expected = _stored(type_name)
     q = keep_quantized(type_name, raw, (N, K), lambda: pytest.fail("re-quantized"))
-    assert q.bits == (8 if type_name == "Q8_0" else 4) and q.max_error == 0.0
+    assert (q.bits, q.block) == EXACT[type_name] and q.exact and q.max_error == 0.0
+    lo, hi = (-8, 7) if q.bits == 4 else (-128, 127)
+    assert lo <= q.codes.min() and q.codes.max() <= hi and q.source == type_name
     assert np.array_equal(q.dequantize().view(np.uint32), expected.view(np.uint32))
 
 
-@pytest.mark.parametrize("type_name", ["Q5_0", "Q5_1", *_K_BLOCKS])
+def _network_weight(q: QuantizedMatrix, dtype: str) -> np.ndarray:
+    """The weight ``[N, K]`` a ``dtype`` network holds for ``q``: the interpreter's product
+    of the network with the identity (``I W^T = W^T``), in float32."""
+    k = q.shape[1]
+    _, net = create_network()
+    g = Graph(net, dtype)
+    x = net.add_input("x", dtypes.to_trt(dtype), (-1, k))
+    y = quantized_linear(g, x, q)
+    y.name = "y"
+    net.mark_output(y)
+    out = compile_network(net).run({"x": np.eye(k, dtype=dtypes.to_numpy(dtype))})["y"]
+    return out.T.astype(np.float32)
+
+
+@pytest.mark.parametrize("type_name", list(EXACT))
+def test_network_weight_of_each_exact_type_is_ggufs(type_name):
+    """The weight as the network holds it: ``fl(d) c`` from the ``IDequantizeLayer`` plus
+    the block offset ``o = fl(zero d + m)`` of the minimum's product, against gguf's
+    ``w = fl(d q + m)`` (``u`` the dtype's unit roundoff).
+
+    float32: ``d c`` is exact, so a type without offsets is gguf's bit for bit; with one,
+    ``fl(d c + fl(o))`` is within ``u |o| + u |d c + o|`` of the exact ``d c + o`` and gguf
+    within ``u |w|``: at most ``2 u (|o| + |d c| + |w|)``.
+    float16 (``u = 2^-11``): ``fl(d)`` off by ``u |d c|``, the dequantized product rounded
+    (``u |d c|``), ``o`` rounded (``u |o|``), the sum rounded (``u (|d c| + |o|)``):
+    ``u (3 |d c| + 2 |o|)`` to first order (1% slack for the second), plus gguf's float32
+    ``2^-24 |w|`` and half a float16 subnormal step per rounding."""
+    raw, expected = _stored(type_name)
+    q = keep_quantized(type_name, raw, (N, K), lambda: pytest.fail("re-quantized"))
+    dc = np.abs(np.repeat(q.scales, q.block, axis=1) * q.codes.astype(np.float32))
+    o = np.abs(np.repeat(block_offsets(q), q.block, axis=1))
+    w32 = _network_weight(q, "float32")
+    if not o.any():
+        assert np.array_equal(w32, expected)
+    assert np.all(np.abs(w32 - expected) <= 2**-23 * (o + dc + np.abs(expected)))
+    w16 = _network_weight(q, "float16")
+    bound = 2**-11 * 1.01 * (3 * dc + 2 * o) + 2**-24 * np.abs(expected) + 3 * 2**-25
+    assert np.all(np.abs(w16 - expected) <= bound)
+
+
+REQUANTIZED = ["TQ1_0", "IQ2_XXS"]  # ternary in base 3; a sign and lattice codebook
+
+
+@pytest.mark.parametrize("type_name", REQUANTIZED)
 def test_other_gguf_types_are_requantized_with_their_error_recorded(type_name):
-    if type_name in _K_BLOCKS:
-        raw, expected = _k_quant(type_name)
-    else:
-        raw, expected = _gguf(type_name, RNG.standard_normal((N, K)).astype(np.float32))
+    raw, expected = _stored(type_name)
     q = keep_quantized(type_name, raw, (N, K), lambda: expected)
     error = np.abs(q.dequantize() - expected).max()
-    assert q.source == type_name and q.max_error == pytest.approx(error)
-    four_bits = type_name in ("Q2_K", "Q3_K", "Q4_K")
-    assert q.bits == (4 if four_bits else 8) and (q.mins is not None) == four_bits
+    assert q.source == type_name and q.max_error == pytest.approx(error) and not q.exact
+    assert q.bits == 4 and q.mins is not None
     # at most half a code step of the block's scale, plus the float16 rounding of d and m
     step = np.repeat(q.scales, q.block, axis=1)
     assert np.all(np.abs(q.dequantize() - expected) <= 0.5 * step + 2e-3 * np.abs(expected) + 1e-6)
+
+
+def test_the_sidecar_says_which_types_are_exact_and_the_error_of_the_others():
+    raw, _ = _stored("Q4_K")
+    exact = keep_quantized("Q4_K", raw, (N, K), lambda: pytest.fail("re-quantized"))
+    raw, expected = _stored("IQ2_XXS")
+    requantized = keep_quantized("IQ2_XXS", raw, (N, K), lambda: expected)
+    tensors = {"a": np.zeros((N, K)), "b": np.zeros((N, K)), "norm": np.zeros(K)}
+    storage = weight_storage(tensors, {"a": exact, "b": requantized}, "keep", "float16")
+    assert storage["exact"] == ["Q4_K"]
+    error = requantized.max_error
+    assert error > 0.0 and storage["requantized"] == {
+        "count": 1, "max_error": error, "by_type": {"IQ2_XXS": error}
+    }  # fmt: skip
+    line = weights_line(storage)
+    assert "exact: Q4_K" in line and f"1 re-quantized (max error IQ2_XXS {error:.3g})" in line
 
 
 def test_float_types_and_odd_widths_stay_float():
@@ -186,6 +264,42 @@ def test_tensorrt_builds_the_quantized_product(kind):
         sizes[name] = len(build_engine(builder, net, [profile]).data)
     if kind == "int4":
         assert sizes["int4"] < 0.5 * sizes["float16"]
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q5_0", "Q3_K", "Q6_K"])
+def test_tensorrt_builds_exact_gguf_products(type_name):
+    """An exactly-mapped GGUF matrix ``[256, 512]`` (INT4 block 32 with minimums, INT8
+    block 32, INT4 block 16, INT8 block 16): the real builder builds its float16 product,
+    and a symmetric INT4 one keeps its codes in about half a byte per weight; the
+    interpreter's float32 product is ``x W^T`` of gguf's dequantized ``W`` within float32
+    rounding (a dot product of K terms: ``K u`` times the sum of the magnitudes of the
+    products it adds, the offsets' included)."""
+    n, k = 256, 512
+    raw, w = _stored(type_name, n, k)
+    q = keep_quantized(type_name, raw, (n, k), lambda: pytest.fail("re-quantized"))
+    sizes = {}
+    for name, weight in {type_name: q, "float16": None}.items():
+        builder, net = create_network()
+        g = Graph(net, "float16")
+        x = net.add_input("x", trt.float16, (-1, k))
+        y = quantized_linear(g, x, weight) if weight else g.linear(x, g.const(w))
+        y.name = "y"
+        net.mark_output(y)
+        profile = Profile("p", {"x": ((1, k), (1, k), (64, k))})
+        sizes[name] = len(build_engine(builder, net, [profile]).data)
+    if q.bits == 4 and q.mins is None:
+        assert sizes[type_name] < 0.5 * sizes["float16"]
+    _, net = create_network()
+    x = net.add_input("x", trt.float32, (-1, k))
+    y = quantized_linear(Graph(net, "float32"), x, q)
+    y.name = "y"
+    net.mark_output(y)
+    xv = RNG.standard_normal((8, k)).astype(np.float32)
+    out = compile_network(net).run({"x": xv})["y"]
+    expected = xv.astype(np.float64) @ w.astype(np.float64).T
+    o = np.abs(np.repeat(block_offsets(q), q.block, axis=1))
+    scale = np.abs(xv) @ (np.abs(w) + 2 * o).T
+    assert np.all(np.abs(out - expected) <= k * 2**-24 * scale)
 
 
 def test_weight_format_is_checked_and_names_the_engine():

@@ -99,4 +99,5 @@ def test_generate_weights_keep_prints_todays_answer_from_a_quantized_engine(tmp_
     sidecar = json.loads(engine.with_suffix(".engine.json").read_text())
     weights = sidecar["metadata"]["weights"]
     assert weights["quantized"] == {"Q4_1 -> int4 block 32 + mins": 210}
+    assert weights["exact"] == ["Q4_1"] and weights["requantized"]["count"] == 0
     assert weights["activation_dtype"]["matrices"] == ["model.embed_tokens.weight"]

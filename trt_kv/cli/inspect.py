@@ -206,14 +206,17 @@ def _role_lines(roles: dict | None) -> list[str]:
 
 
 def weights_line(w: dict) -> str:
-    """``"keep: 210 Q4_1 -> int4 block 32 + mins; in float16: model.embed_tokens.weight
-    and 61 vectors"``: how the engine holds its weights (the sidecar's ``weights``)."""
+    """``"keep: 210 Q4_1 -> int4 block 32 + mins; exact: Q4_1; in float16:
+    model.embed_tokens.weight and 61 vectors"``: how the engine holds its weights (the
+    sidecar's ``weights``)."""
     held = [f"{n} {kind}" for kind, n in w.get("quantized", {}).items()]
+    if w.get("exact"):
+        held.append(f"exact: {', '.join(w['exact'])}")
     requantized = w.get("requantized", {})
     if requantized.get("count"):
-        held.append(
-            f"{requantized['count']} re-quantized (max error {requantized['max_error']:.3g})"
-        )
+        errors = requantized.get("by_type") or {"": requantized["max_error"]}
+        listed = ", ".join(f"{t} {e:.3g}".strip() for t, e in errors.items())
+        held.append(f"{requantized['count']} re-quantized (max error {listed})")
     plain = w.get("activation_dtype", {})
     rest = [*plain.get("matrices", []), f"{plain.get('vectors', 0)} vectors"]
     shown = ", ".join(rest[:4]) + (f" and {len(rest) - 4} more" if len(rest) > 4 else "")

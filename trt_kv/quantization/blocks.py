@@ -4,7 +4,10 @@ takes them.
 
 ``w[n, k] = scales[n, k // block] * (codes[n, k] + zero) + mins[n, k // block]``, computed in
 float32 in exactly this order (``d * c``, plus ``zero * d``, plus ``m``), which for GGUF's
-Q4_1 (``d * q + m``, ``q = c + 8``) is gguf's own float32 dequantization bit for bit.
+types with minimums (Q4_1's ``d * q + m`` with ``q = c + 8``, Q5_1, Q2_K, Q4_K, Q5_K) is
+gguf's own float32 dequantization bit for bit: ``d`` has at most 17 significant bits (a
+float16 times a 6-bit integer) and ``q`` at most 5, so ``d * c``, ``zero * d`` and their sum
+``d * q`` are exact, and the one rounding is that of ``+ m``, as in gguf.
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, ShapeError, mismatch
 
-BLOCK = 32  # weights per scale along a row: GGUF's Q8_0/Q4_0/Q4_1 block, TensorRT's INT4 block
+BLOCK = 32  # weights per scale along a row: GGUF's Q8_0/Q4_0/Q4_1 block (the K-quants' 32 or 16)
 _RANGE = {4: (-8, 7), 8: (-128, 127)}  # signed INT4 / INT8 codes
 
 
 @dataclass(frozen=True)
 class QuantizedMatrix:
     """``[N, K]`` weights as codes ``[N, K]`` (int8 holding ``bits``-bit signed values),
-    ``scales [N, K / block]`` and ``mins [N, K / block]`` (or None), float32 arrays holding
-    float16 values; ``source`` names the stored form ("Q4_1", "int8", ...); ``max_error`` is
-    the largest ``|w - stored value|`` of a re-quantization (0: exact)."""
+    ``scales [N, K / block]`` and ``mins [N, K / block]`` (or None), float32 arrays (GGUF's
+    float16 fields, or a K-quant's exact float32 product of its super-block scale and a
+    sub-block's integer one: a network rounds them once to its dtype); ``source`` names the
+    stored form ("Q4_1", "int8", ...); ``exact``: the checkpoint's values as stored, else
+    re-quantized, ``max_error`` the largest ``|w - stored value|``."""
 
     codes: np.ndarray
     scales: np.ndarray
@@ -34,6 +39,7 @@ class QuantizedMatrix:
     zero: int = 0  # added to every code (Q4_1's unsigned codes are stored as q - 8)
     source: str = ""
     max_error: float = 0.0
+    exact: bool = True
 
     def __post_init__(self) -> None:
         if self.bits not in _RANGE:
@@ -74,7 +80,7 @@ class QuantizedMatrix:
         mins = None if self.mins is None else self.mins[order]
         return QuantizedMatrix(
             self.codes[order], self.scales[order], self.bits, self.block, mins,
-            self.zero, self.source, self.max_error,
+            self.zero, self.source, self.max_error, self.exact,
         )  # fmt: skip
 
     @property
@@ -134,7 +140,7 @@ def _blocks(w: np.ndarray) -> np.ndarray:
 def _with_error(q: QuantizedMatrix, w: np.ndarray) -> QuantizedMatrix:
     error = float(np.abs(q.dequantize() - np.asarray(w, dtype=np.float32)).max(initial=0.0))
     return QuantizedMatrix(
-        q.codes, q.scales, q.bits, q.block, q.mins, q.zero, q.source, error
+        q.codes, q.scales, q.bits, q.block, q.mins, q.zero, q.source, error, exact=False
     )  # fmt: skip
 
 

@@ -2,14 +2,17 @@
 dequantized by an ``IDequantizeLayer`` right before their product.
 
 TensorRT-RTX 1.7.1 keeps INT4 weights 4 bits wide only in this form: a 2-D constant
-``[N, K]``, scales ``[N, K / 32]`` in the output dtype (the block read from the scale's shape,
+``[N, K]``, scales ``[N, K / 32]`` (or ``[N, K / 16]``, Q2_K's and Q3_K's block: it builds
+and stays 4 bits wide too) in the output dtype (the block read from the scale's shape,
 axis 1), no zero point, the dequantized matrix read by a 2-D matrix product (a reshape in
 between, or a 3-D product, and the builder folds it into a float16 constant). Block INT8
 weights are folded into float16 constants by the builder whatever the form; per-channel INT8
 stays 8 bits. A minimum per block (``w = d c + m``, GGUF's Q4_1, whose unsigned codes are
 held as ``c = q - 8``) is a second, small product:
 ``x W^T = x (d c)^T + (x summed per block) (8 d + m)^T``, with ``8 d + m`` rounded once to
-the activation dtype (:func:`block_offsets`).
+the activation dtype (:func:`block_offsets`; Q5_1 and Q5_K: ``16 d + m``, Q4_K ``8 d + m``,
+Q2_K ``m``). The scales, float32 in the :class:`QuantizedMatrix` (a K-quant's ``d * sc`` is
+exact there), are rounded once to the activation dtype.
 """
 
 from __future__ import annotations

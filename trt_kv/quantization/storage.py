@@ -37,17 +37,28 @@ def weight_storage(
     dtype: str,
 ) -> dict:
     """How the network holds each weight: ``format``; ``quantized``, a count per stored form
-    ("Q4_1 -> int4 block 32 + mins"); ``requantized``, the largest error of each matrix that
-    was re-quantized (build-time quantization, K-quants); ``activation_dtype``, the names of
-    the matrices held in ``dtype`` and the count of the vectors (norms, biases)."""
+    ("Q4_1 -> int4 block 32 + mins"); ``exact``, the source types held as stored;
+    ``requantized``, the count and largest error of the matrices that were re-quantized
+    (build-time quantization, GGUF types with no exact form), and that error per source type;
+    ``activation_dtype``, the names of the matrices held in ``dtype`` and the count of the
+    vectors (norms, biases)."""
     counts = Counter(f"{q.source} -> {q.kind}" for q in quantized.values())
-    errors = {k: q.max_error for k, q in quantized.items() if q.max_error}
+    errors = {k: q.max_error for k, q in quantized.items() if not q.exact}
+    by_type: dict[str, float] = {}
+    for q in quantized.values():
+        if not q.exact:
+            by_type[q.source] = max(by_type.get(q.source, 0.0), q.max_error)
     plain = sorted(k for k, a in tensors.items() if a.ndim >= 2 and k not in quantized)
     vectors = sum(a.ndim < 2 for a in tensors.values())
     return {
         "format": weight_format or dtype,
         "dtype": dtype,
         "quantized": dict(sorted(counts.items())),
-        "requantized": {"count": len(errors), "max_error": max(errors.values(), default=0.0)},
+        "exact": sorted({q.source for q in quantized.values() if q.exact}),
+        "requantized": {
+            "count": len(errors),
+            "max_error": max(errors.values(), default=0.0),
+            "by_type": dict(sorted(by_type.items())),
+        },
         "activation_dtype": {"matrices": plain, "vectors": vectors},
     }
