@@ -110,3 +110,23 @@ def test_normalization_is_layer_norm_over_last_axis():
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     expected = (x - mean) / np.sqrt(var + 1e-3) * scale + bias
     np.testing.assert_allclose(net.run({"x": x})["out"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("op", [trt.TopKOperation.MAX, trt.TopKOperation.MIN])
+def test_top_k_best_first_ties_to_the_lowest_index(k, op):
+    x = np.array([[1, 5, 2, 5, 0, 5], [4, 4, 4, 4, 4, 4], [0, 1, 0, 3, -2, -2]], np.float32)
+    net = Net()
+    layer = net.network.add_topk(net.input("x", "float32", x.shape), op, k, 1 << 1)
+    net.mark(layer.get_output(0), "values")
+    net.mark(layer.get_output(1), "ids")
+    out = net.run({"x": x})
+    largest = op == trt.TopKOperation.MAX
+    want = {  # by hand: best first, equal values in index order
+        (True, 1): [[1], [0], [3]],
+        (True, 3): [[1, 3, 5], [0, 1, 2], [3, 1, 0]],
+        (False, 1): [[4], [0], [4]],
+        (False, 3): [[4, 0, 2], [0, 1, 2], [4, 5, 0]],
+    }[largest, k]
+    assert out["ids"].dtype == np.int32 and out["ids"].tolist() == want
+    np.testing.assert_array_equal(out["values"], np.take_along_axis(x, np.array(want), 1))

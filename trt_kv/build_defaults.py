@@ -17,6 +17,9 @@ DTYPE = "float16"  # weights and activations of engines and the interpreter
 MAX_SEQ_LEN = 512  # S_max of every cache
 MAX_BATCH = 8  # most sequences per step
 MAX_STEP_TOKENS = 128  # most tokens per sequence in one step (longer prompts: chunks)
+# candidates the network itself picks for the next token (a TopK layer after the logits):
+# 0 off (the logits only), 1 greedy (``next_token [B]``), k > 1 the k best ids and logits
+DEVICE_TOP_K = 0
 
 
 def default_step_tokens(max_seq_len: int) -> int:

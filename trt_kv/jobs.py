@@ -71,6 +71,8 @@ class BuildOptions:
     routes: Routes = field(default_factory=Routes)
     # None: weights in ``dtype``; "int8" / "int4" / "keep" (see build_llama_network)
     weight_format: str | None = field(default=None, metadata=_tag("weights", always=False))
+    # k of the network's own next-token candidates (0: off; see build_llama_network)
+    device_top_k: int = field(default=defaults.DEVICE_TOP_K, metadata=_tag("k", always=False))
     # GPU targets: "portable" (TensorRT-RTX's default), or "8.9" / "8.0,12.0"
     # (IBuilderConfig.set_compute_capability; see trt_kv.gpu_targets)
     compute_capability: str = field(

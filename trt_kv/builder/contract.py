@@ -17,6 +17,9 @@ last_token_rows *   ``last_token_rows``        int32       ``[B]`` (b * S + coun
 rope_lengths *      ``rope_lengths``           int32       ``[B]`` (length after the request)
 update_lengths *    ``update_lengths``         int32       ``[B + 1]`` (packed updates)
 logits (output)     ``logits``                 float32     ``[B, V]`` or ``[B, S, V]``
+next_token (out) †  ``next_token``             int32       ``[B]`` (greedy: the best id)
+top_ids (out) †     ``top_ids``                int32       ``[B, k]`` (the k best ids)
+top_logits (out) †  ``top_logits``             float32     ``[B, k]`` (their logits)
 ==================  =========================  ==========  =================================
 
 (* optional: fed when the network has the input. ** exactly one of the two: a network whose
@@ -27,6 +30,11 @@ cache-update layers. A network whose RoPE switches tables at a length (Phi-3's l
 declares ``long_rope_after``: the runtime prefills a sequence again when it crosses that
 length, and the network must then have ``rope_lengths``. Every other input is an error: the
 runtime could not feed it.
+
+(† optional sampling outputs, built with ``device_top_k`` = k: ``next_token`` when k = 1,
+``top_ids`` and ``top_logits`` when k > 1, never with all-position logits; the roles record
+k as ``device_top_k``, 0 without them. A backend can then run a step that downloads the
+candidates instead of the logits ``[B, V]``: see :class:`~trt_kv.runtime.backend.Backend`.)
 
 :func:`decoder_roles` builds and checks the role map of a network; ``trt_kv.engine_file``
 writes it into the sidecar (``"roles"``) and the GPU backends check it against the engine.
@@ -69,6 +77,7 @@ INPUT_ROLES = {
     "update_lengths": RoleSpec("update_lengths", "update_lengths", "int32", 1, False),
 }
 LOGITS_ROLE = "logits"
+NEXT_TOKEN, TOP_IDS, TOP_LOGITS = "next_token", "top_ids", "top_logits"  # sampling outputs
 
 Spec = tuple[tuple[int, ...], str]  # (declared shape, dtype name)
 
@@ -102,6 +111,7 @@ class DecoderRoles:
     long_rope_after: int | None = None
     embedding_dim: int | None = None
     embedding_dtype: str | None = None
+    device_top_k: int = 0  # k of the sampling outputs (0: none; 1: next_token)
 
     @property
     def token_role(self) -> str:
@@ -123,6 +133,12 @@ class DecoderRoles:
     def feed_names(self) -> dict[str, str]:
         """Input name -> the :class:`StepPlan` attribute fed to it (caches excluded)."""
         return {name: INPUT_ROLES[role].plan_attr for role, name in self.inputs.items()}
+
+    def sampling_outputs(self) -> tuple[str, ...]:
+        """The sampling outputs' names: ``()``, ``("next_token",)`` (k = 1) or
+        ``("top_ids", "top_logits")``."""
+        k = self.device_top_k
+        return () if k == 0 else (NEXT_TOKEN,) if k == 1 else (TOP_IDS, TOP_LOGITS)
 
 
 def _network_specs(network: object) -> tuple[dict[str, Spec], dict[str, Spec]]:
@@ -193,6 +209,7 @@ def check_roles(
     if shape[-1] != roles.vocab_size or (len(shape) == 3) != roles.all_logits:
         want = f"[B, {'S, ' if roles.all_logits else ''}{roles.vocab_size}]"
         raise ShapeError(mismatch(f"{roles.logits} (role logits)", "shape", want, list(shape)))
+    _check_sampling(roles, outputs)
     for cache in roles.caches:
         for name, found in ((cache.input, inputs), (cache.output, outputs)):
             if name not in found:
@@ -209,6 +226,23 @@ def check_roles(
         raise NetworkError(
             mismatch("network inputs", "each with a decoder role", "", f"{unfed} without one")
         )
+
+
+def _check_sampling(roles: DecoderRoles, outputs: Mapping[str, Spec]) -> None:
+    """The sampling outputs of ``roles.device_top_k`` (see the module's table)."""
+    k = roles.device_top_k
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= roles.vocab_size:
+        raise NetworkError(mismatch("device_top_k", f"an int in [0, {roles.vocab_size}]", "", k))
+    if k and roles.all_logits:
+        raise NetworkError(mismatch("device_top_k", "0 with all-position logits", "", k))
+    wanted = {NEXT_TOKEN: ("int32", 1), TOP_IDS: ("int32", 2), TOP_LOGITS: ("float32", 2)}
+    for name in roles.sampling_outputs():
+        dtype, rank = wanted[name]
+        _check_tensor(name, name, outputs.get(name), dtype, (rank,))
+        if rank == 2 and outputs[name][0][-1] != k:
+            raise ShapeError(
+                mismatch(f"{name} (role {name})", "shape", f"[B, {k}]", outputs[name][0])
+            )
 
 
 def _most(profiles: Sequence[Profile], name: str, declared: tuple[int, ...], axis: int) -> int:
@@ -282,6 +316,7 @@ def decoder_roles(
         long_rope_after=long_rope_after,
         embedding_dim=tokens[2] if embedded else None,
         embedding_dtype=token_dtype if embedded else None,
+        device_top_k=1 if NEXT_TOKEN in outputs else outputs.get(TOP_IDS, ((0,), ""))[0][-1],
     )
     check_roles(roles, inputs, outputs)
     return roles

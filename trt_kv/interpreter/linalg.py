@@ -203,6 +203,31 @@ def reduce(layer: object, ctx: Context) -> object:
     return lambda x: fn(x[0], axis=axes, keepdims=keep)
 
 
+@handles(trt.LayerType.TOPK, trt.ITopKLayer)
+def top_k(layer: object, ctx: Context) -> object:
+    """The ``k`` largest (MAX) or smallest (MIN) values along the one axis of the bitmask,
+    best first, and their indices (int32). Ties go to the lowest index, as NumPy's
+    ``argmax`` (TensorRT does not document an order among equal values). Only a static k."""
+    axes = axes_of(layer.axes, rank_of(layer.get_input(0)))
+    if len(axes) != 1:
+        raise ctx.unsupported(f"top-k axes bitmask {layer.axes} (expected one axis)")
+    if layer.num_inputs > 1 and layer.get_input(1) is not None:
+        raise ctx.unsupported("a k given as a tensor")
+    largest = ctx.pick({trt.TopKOperation.MAX: True, trt.TopKOperation.MIN: False}, layer.op, "op")
+    axis, k = axes[0], layer.k
+
+    def run(x: Inputs) -> tuple[Array, Array]:
+        a = x[0]
+        if k == 1:  # argmax / argmin: the first of equal values
+            ids = (np.argmax if largest else np.argmin)(a, axis=axis, keepdims=True)
+        else:  # a stable sort keeps equal values in index order
+            order = np.argsort(-a if largest else a, axis=axis, kind="stable")
+            ids = np.take(order, np.arange(k), axis=axis)
+        return np.take_along_axis(a, ids, axis), ids.astype(np.int32)
+
+    return run
+
+
 @handles(trt.LayerType.SOFTMAX, trt.ISoftMaxLayer)
 def softmax(layer: object, ctx: Context) -> object:
     """``exp(x - max) / sum(exp(x - max))`` along the one axis set in the bitmask."""

@@ -6,7 +6,7 @@ interpreter, trt_kv's own TensorRT bindings (fast path) and Polygraphy's ``TrtRu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -16,6 +16,10 @@ from trt_kv.errors import ArgumentError, ClosedError, mismatch
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.profiles import select_profile
 from trt_kv.runtime.storage import CacheStorage
+
+# a step's next-token candidates: ids [B, k] int32 best first, and their logits [B, k]
+# float32 (None when k = 1: greedy needs none)
+Candidates = tuple[np.ndarray, np.ndarray | None]
 
 
 class Backend(Protocol):
@@ -27,7 +31,14 @@ class Backend(Protocol):
     :class:`~trt_kv.errors.ClosedError` before changing anything); ``check_plan(plan)``
     (raise what ``run(plan)`` would refuse for the step's shapes, e.g. a batch no
     optimization profile holds, changing nothing: a prefill calls it before any slot is
-    reset)."""
+    reset).
+
+    Optional, sampling on the device (a network built with ``device_top_k`` = k >= 1):
+    ``device_top_k`` (k; absent or 0: none) and ``run_top_k(plan)``, which runs the step as
+    ``run`` does but returns the k candidates instead of the logits (see
+    :func:`top_k_candidates`); :func:`~trt_kv.runtime.generate.generate` uses them where its
+    sampler allows (:meth:`~trt_kv.runtime.sampling.Sampler.takes_candidates`). A backend
+    without them gets the logits path, unchanged."""
 
     name: str
     storage: CacheStorage
@@ -37,6 +48,7 @@ class Backend(Protocol):
     # original_max_position_embeddings when S_max can pass it), else None. Optional.
     long_rope_after: int | None
     closed: bool  # optional
+    device_top_k: int  # optional: k of run_top_k's candidates (0 or absent: no run_top_k)
 
     def check_plan(self, plan: StepPlan) -> None:  # optional
         """Raise (ShapeError...) what :meth:`run` would refuse for ``plan``; change nothing."""
@@ -44,6 +56,11 @@ class Backend(Protocol):
 
     def run(self, plan: StepPlan) -> np.ndarray:
         """Run ``plan`` on ``storage`` (caches updated in place); logits ``[B, V]`` float32."""
+        ...
+
+    def run_top_k(self, plan: StepPlan) -> Candidates:  # optional
+        """Run ``plan`` as :meth:`run`; the candidates ``(ids [B, k], logits [B, k] or
+        None)`` of :func:`top_k_candidates`."""
         ...
 
 
@@ -128,6 +145,16 @@ def take_roles(backend: object, roles: DecoderRoles) -> None:
     backend.roles = roles
     backend.max_step_tokens, backend.vocab_size = roles.max_step_tokens, roles.vocab_size
     backend.long_rope_after = roles.long_rope_after
+    backend.device_top_k = roles.device_top_k
+
+
+def top_k_candidates(outputs: Mapping[str, np.ndarray], roles: DecoderRoles) -> Candidates:
+    """A step's candidates from the network's sampling outputs (``roles.device_top_k`` =
+    k >= 1): ``(next_token [B] as [B, 1], None)``, or ``(top_ids [B, k], top_logits [B, k])``.
+    """
+    names = roles.sampling_outputs()
+    ids = np.asarray(outputs[names[0]]).reshape(-1, roles.device_top_k)
+    return ids, (np.asarray(outputs[names[1]]) if len(names) == 2 else None)
 
 
 def last_token_logits(logits: np.ndarray, plan: StepPlan) -> np.ndarray:

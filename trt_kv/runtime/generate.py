@@ -167,16 +167,21 @@ def _loop(
     # live tokens/s, unless the caller streams the tokens itself
     shown = None if on_token else bar(len(prompts) * max_new_tokens, "generate", unit="tok")
     start = time.perf_counter()
+    on_device = device_sampling(session, sampler, penalty)
     logits = session.prefill(prompts)
     prefilled = time.perf_counter()
     steps = 1
     out: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
+    candidates = None
     while True:
-        if penalty != 1.0:
-            histories = [[*map(int, p), *o] for p, o in zip(prompts, out)]
-            logits = penalize_repetitions(logits, histories, penalty)
-        next_ids = sampler(logits)
+        if candidates is not None:
+            next_ids = sampler.choose(*candidates)
+        else:
+            if penalty != 1.0:
+                histories = [[*map(int, p), *o] for p, o in zip(prompts, out)]
+                logits = penalize_repetitions(logits, histories, penalty)
+            next_ids = sampler(logits)
         for k, t in enumerate(next_ids):
             if not done[k]:
                 out[k].append(int(t))
@@ -187,8 +192,11 @@ def _loop(
             shown.update(sum(map(len, out)) - shown.n)
         if all(done):
             break
-        logits = session.decode(next_ids)
         steps += 1
+        if on_device:
+            candidates = session.decode_top_k(next_ids)
+            continue
+        logits = session.decode(next_ids)
         _recompute_long_rope(session, prompts, out, done, logits)
     end = time.perf_counter()
     if shown is not None:
@@ -202,6 +210,19 @@ def _loop(
         decode_seconds=end - prefilled,
         finish_reasons=tuple("eos" if o[-1] in stop else "length" for o in out),
     )
+
+
+def device_sampling(session: Session, sampler: Sampler, penalty: float) -> bool:
+    """True when :func:`generate`'s decode steps can take the network's own next-token
+    candidates (``Session.decode_top_k``, only ``[B]`` or ``[B, k]`` values downloaded)
+    instead of the logits ``[B, V]``: the backend has them (``device_top_k`` = k >= 1),
+    the sampler picks among them as it would among the logits (greedy, or top-k with
+    ``top_k == k`` and no top-p: :meth:`Sampler.takes_candidates`), no repetition penalty
+    (it changes the logits first) and no longrope re-prefill (it needs a step's logits)."""
+    k = getattr(session.backend, "device_top_k", 0) or 0
+    has_run = callable(getattr(session.backend, "run_top_k", None))
+    plain = penalty == 1.0 and session.long_rope_after is None
+    return has_run and plain and sampler.takes_candidates(k)
 
 
 def _recompute_long_rope(

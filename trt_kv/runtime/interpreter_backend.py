@@ -8,7 +8,14 @@ from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
-from trt_kv.runtime.backend import StepProfiles, last_token_logits, step_feed, take_roles
+from trt_kv.runtime.backend import (
+    Candidates,
+    StepProfiles,
+    last_token_logits,
+    step_feed,
+    take_roles,
+    top_k_candidates,
+)
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.embedding import EmbedFn, step_embedder
 from trt_kv.runtime.host_memory import keep_freed_memory
@@ -76,8 +83,15 @@ class InterpreterBackend:
             self.embed(plan)
         return profile
 
-    def run(self, plan: StepPlan) -> np.ndarray:
+    def _outputs(self, plan: StepPlan) -> dict[str, np.ndarray]:
         self.profile = self.check_plan(plan)
         feed = step_feed(plan, self.roles, self.embed)
         feed.update(self.storage.window(plan.lo, len(plan.counts)))
-        return last_token_logits(self.plan.run(feed)[self.roles.logits], plan)
+        return self.plan.run(feed)
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        return last_token_logits(self._outputs(plan)[self.roles.logits], plan)
+
+    def run_top_k(self, plan: StepPlan) -> Candidates:
+        """:meth:`run`'s step; the network's next-token candidates (``device_top_k`` >= 1)."""
+        return top_k_candidates(self._outputs(plan), self.roles)

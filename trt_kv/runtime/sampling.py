@@ -69,8 +69,38 @@ class Sampler:
         """``logits [B, V]`` -> token ids ``[B]`` int64."""
         if self.temperature == 0:
             return np.argmax(logits, axis=-1)
+        if self.top_k is not None and self.top_k < logits.shape[-1] and self.top_p == 1.0:
+            kth = np.partition(logits, -self.top_k, axis=-1)[:, -self.top_k]
+            kept = [np.flatnonzero(row >= t) for row, t in zip(logits, kth)]  # by id
+            return np.array([self._draw(ids, row[ids]) for ids, row in zip(kept, logits)])
         p = softmax(self.filtered(logits))
         return np.array([self.rng.choice(p.shape[-1], p=row) for row in p])
+
+    def takes_candidates(self, k: int) -> bool:
+        """True when :meth:`choose` among a network's ``k`` best candidates picks what
+        ``self(logits)`` picks: greedy, or top-k with ``top_k == k`` and no top-p."""
+        return k >= 1 and (self.temperature == 0 or (self.top_k == k and self.top_p == 1.0))
+
+    def choose(self, ids: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
+        """The next ids ``[B]`` int64 from a step's candidates (:data:`~trt_kv.runtime.
+        backend.Candidates`: ``ids [B, k]``, ``logits [B, k]`` or None for k = 1). They are
+        put in id order first, so a seeded draw among them is the draw :meth:`__call__`
+        makes among the same tokens of the full logits (top-k keeps every token tied with
+        the k-th, as Hugging Face's ``TopKLogitsWarper``; a network's k candidates hold
+        the lowest ids of such a tie). Greedy takes the lowest id of the best logit."""
+        if logits is None:
+            return ids[:, 0].astype(np.int64)
+        order = np.argsort(ids, axis=-1, kind="stable")
+        ids = np.take_along_axis(ids, order, -1).astype(np.int64)
+        logits = np.take_along_axis(logits, order, -1)
+        if self.temperature == 0:
+            return ids[np.arange(len(ids)), np.argmax(logits, axis=-1)]
+        return np.array([self._draw(i, row) for i, row in zip(ids, logits)])
+
+    def _draw(self, ids: np.ndarray, logits: np.ndarray) -> int:
+        """One seeded draw from softmax(``logits [n]`` / T) over ``ids [n]`` (id order)."""
+        p = softmax(logits.astype(np.float64)[None] / self.temperature)[0]
+        return int(ids[self.rng.choice(len(ids), p=p)])
 
     def filtered(self, logits: np.ndarray) -> np.ndarray:
         """``logits [B, V]`` / temperature as float64, -inf where top-k or top-p drop a token

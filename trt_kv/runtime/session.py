@@ -19,6 +19,7 @@ from typing import TypeVar
 import numpy as np
 
 from trt_kv.errors import (
+    ArgumentError,
     ClosedError,
     ConcurrentUseError,
     ShapeError,
@@ -26,12 +27,20 @@ from trt_kv.errors import (
     check_int,
     mismatch,
 )
-from trt_kv.runtime.backend import Backend, check_backend
+from trt_kv.runtime.backend import Backend, Candidates, check_backend
 from trt_kv.runtime.cache_state import CacheState, id_array
 from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
 
 F = TypeVar("F", bound=Callable)
+
+
+def _decode_ids(tokens: object) -> np.ndarray:
+    """One token id per slot ``[B]`` as the step's ``[B, 1]``; ShapeError when not 1-D."""
+    ids = id_array("tokens", tokens)
+    if ids.ndim != 1:
+        raise ShapeError(mismatch("tokens", "one token id per slot [B]", "", ids.shape))
+    return ids.reshape(-1, 1)
 
 
 def _exclusive(method: F) -> F:
@@ -200,10 +209,28 @@ class Session:
     def decode(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> np.ndarray:
         """One new token per slot ``lo, lo + 1, ...`` (ids ``[B]``, integers); returns logits
         ``[B, V]``. Raises as :meth:`step`; ShapeError when ``tokens`` is not 1-D."""
-        ids = id_array("tokens", tokens)
-        if ids.ndim != 1:
-            raise ShapeError(mismatch("tokens", "one token id per slot [B]", "", ids.shape))
-        return self.step(ids.reshape(-1, 1), lo)
+        return self.step(_decode_ids(tokens), lo)
+
+    @_exclusive
+    def decode_top_k(self, tokens: Sequence[int] | np.ndarray, lo: int = 0) -> Candidates:
+        """:meth:`decode`, returning the network's next-token candidates (``ids [B, k]``,
+        ``logits [B, k]`` or None for k = 1: :data:`~trt_kv.runtime.backend.Candidates`)
+        instead of the logits: only they leave the device.
+
+        Raises:
+            ArgumentError: the backend has no ``run_top_k`` / ``device_top_k`` >= 1.
+            As :meth:`decode` otherwise.
+        """
+        if getattr(self.backend, "device_top_k", 0) < 1:
+            raise ArgumentError(
+                mismatch(
+                    "backend", "one built with device_top_k >= 1", "", type(self.backend).__name__
+                )
+            )
+        (chunk,) = self._plan(_decode_ids(tokens), lo)  # one token each: never chunked
+        candidates = self.backend.run_top_k(chunk.plan)
+        self.state.commit(chunk.plan)
+        return candidates
 
     # -- cache operations ------------------------------------------------------------------
     def length(self, slot: int) -> int:

@@ -28,7 +28,7 @@ from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.graph import Graph, check_device_top_k
 from trt_kv.models.llama.network import check_step_sizes
 from trt_kv.quantization.storage import check_weight_format
 
@@ -114,19 +114,22 @@ def build_gpt2_network(
     all_logits: bool = False,
     routes: Routes | None = None,
     weight_format: str | None = None,
+    device_top_k: int = defaults.DEVICE_TOP_K,
 ) -> GPT2Network:
     """The GPT-2 decoder network (keywords as ``build_llama_network``'s; weights are held in
     the activation dtype only).
 
     Raises:
         ArgumentError: ``config`` not a GPT2Config; a size not an integer >= 1;
-            ``weight_format`` other than None or ``dtype``.
+            ``weight_format`` other than None or ``dtype``; ``device_top_k`` as
+            ``build_llama_network``'s.
         ShapeError: ``max_seq_len`` past ``n_positions``; ``max_step_tokens > max_seq_len``.
         RouteError: a requested route is missing.
     """
     if not isinstance(config, GPT2Config):
         raise ArgumentError(mismatch("config", "a GPT2Config", "", type(config).__name__))
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
+    check_device_top_k(device_top_k, config.vocab_size, all_logits)
     config.check_max_seq_len(max_seq_len)
     if check_weight_format(weight_format, dtype) is not None:
         raise ArgumentError(
@@ -163,7 +166,7 @@ def build_gpt2_network(
             ),
         )
         x = g.add(x, _mlp(g, lw, _layer_norm(g, x, lw.ln_2, eps)))
-    g.logits(_layer_norm(g, x, weights.ln_f, eps), wte, all_logits)  # the tied head
+    g.logits(_layer_norm(g, x, weights.ln_f, eps), wte, all_logits, device_top_k)  # tied head
     name_dimensions(network)
     profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
     roles = decoder_roles(network, profiles)

@@ -9,6 +9,11 @@ import numpy as np
 
 from trt_kv import dtypes
 from trt_kv._trt import trt
+from trt_kv.build_defaults import DEVICE_TOP_K
+from trt_kv.builder.contract import NEXT_TOKEN, TOP_IDS, TOP_LOGITS
+from trt_kv.errors import ArgumentError, check_int, mismatch
+
+TOP_K_MOST = 3840  # the largest static k of TensorRT's ITopKLayer
 
 # network -> the arrays its constant layers point at. A constant layer holds only a pointer
 # (``trt.Weights``): TensorRT reads the bytes when an engine is built, and the interpreter
@@ -85,14 +90,26 @@ class Graph:
             return w.apply(self, x)
         return self.matmul(x, w, transpose_b=True)
 
-    def logits(self, x: object, head: object, all_logits: bool) -> object:
+    def logits(
+        self, x: object, head: object, all_logits: bool, device_top_k: int = DEVICE_TOP_K
+    ) -> object:
         """The decoder-contract logits output from the final hidden states ``x [B, S, D]``
         and the head constant ``[V, D]``: ``[B, S, V]`` with ``all_logits``, else ``[B, V]``
         of each sequence's last token (adding the ``last_token_rows [B]`` input that picks
         it from the flattened ``[B * S]`` rows); float32, named ``logits``, marked. ``head``
-        may be a quantized weight (it multiplies inputs of any rank itself)."""
+        may be a quantized weight (it multiplies inputs of any rank itself).
+
+        ``device_top_k`` = k >= 1 adds the contract's sampling outputs after the logits (one
+        ``ITopKLayer``, MAX over V): ``next_token [B]`` int32 for k = 1, else ``top_ids
+        [B, k]`` int32 and ``top_logits [B, k]`` float32.
+
+        Raises:
+            ArgumentError: ``device_top_k`` not an integer in ``[0, min(V, 3840)]``
+                (3840: TensorRT's largest static k), or >= 1 with ``all_logits``.
+        """
         quantized = hasattr(head, "apply")
         vocab, width = tuple(head.matrix.shape if quantized else head.shape)
+        check_device_top_k(device_top_k, vocab, all_logits)
         if all_logits:
             weight = head if quantized else self.shuffle(head, (1, vocab, width))
             logits = self.linear(x, weight)  # [B, S, V]
@@ -103,4 +120,27 @@ class Graph:
         logits = self.cast(logits, "float32")
         logits.name = "logits"
         self.network.mark_output(logits)
+        if device_top_k:
+            self._top_k(logits, device_top_k)
         return logits
+
+    def _top_k(self, logits: object, k: int) -> None:
+        """The sampling outputs of :meth:`logits` from ``logits [B, V]``."""
+        top = self.network.add_topk(logits, trt.TopKOperation.MAX, k, 1 << 1)
+        values, ids = top.get_output(0), top.get_output(1)  # [B, k], best first
+        if k == 1:
+            ids = self.shuffle(ids, (-1,))  # [B]
+            names = [(ids, NEXT_TOKEN)]
+        else:
+            names = [(ids, TOP_IDS), (values, TOP_LOGITS)]
+        for tensor, name in names:
+            tensor.name = name
+            self.network.mark_output(tensor)
+
+
+def check_device_top_k(k: object, vocab: int, all_logits: bool) -> int:
+    """``k`` as a ``device_top_k`` (see :meth:`Graph.logits`). Raises ArgumentError."""
+    k = check_int("device_top_k", k, 0, min(vocab, TOP_K_MOST))
+    if k and all_logits:
+        raise ArgumentError(mismatch("device_top_k", "0 with all_logits", "", k))
+    return k

@@ -52,7 +52,7 @@ from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.config import LlamaConfig
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.graph import Graph, check_device_top_k
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
@@ -206,6 +206,7 @@ def build_llama_network(
     all_logits: bool = False,
     routes: Routes | None = None,
     weight_format: str | None = None,
+    device_top_k: int = defaults.DEVICE_TOP_K,
 ) -> LlamaNetwork:
     """Build the decoder network: prefill (S up to ``max_step_tokens``) and decode (S = 1).
 
@@ -224,12 +225,15 @@ def build_llama_network(
             kept so, as INT8/INT4 with its block scales (see
             :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
             norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
+        device_top_k: 0 (the default): logits only; k >= 1: the network also picks the
+            next token's k best candidates (:meth:`~trt_kv.models.llama.graph.Graph.logits`).
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
             ``max_batch`` or ``max_step_tokens`` not an integer >= 1; ``max_seq_len`` past
             2^31 - 1 (int32 write indices) or with RoPE tables that do not fit host memory;
-            ``weight_format`` not one of None, ``dtype``, "int8", "int4", "keep".
+            ``weight_format`` not one of None, ``dtype``, "int8", "int4", "keep";
+            ``device_top_k`` not in ``[0, min(V, 3840)]`` or >= 1 with ``all_logits``.
         ShapeError: ``max_step_tokens > max_seq_len``.
         ConfigError, ShapeError, DTypeError: ``weights`` that do not fit ``config``
             (:func:`~trt_kv.models.llama.weights.check_weights`).
@@ -238,6 +242,7 @@ def build_llama_network(
     if not isinstance(config, LlamaConfig):
         raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
+    check_device_top_k(device_top_k, config.vocab_size, all_logits)
     check_table_memory(config, max_seq_len)
     if routes is not None and not isinstance(routes, Routes):
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
@@ -282,7 +287,7 @@ def build_llama_network(
     head = embed if weights.lm_head is None else g.const(weights.lm_head)
     if "lm_head.weight" in quantized:
         head = QuantizedWeight(quantized["lm_head.weight"])
-    g.logits(x, head, all_logits)
+    g.logits(x, head, all_logits, device_top_k)
     name_dimensions(network)
     # one profile for quantized weights: TensorRT lays INT4 weights out per profile
     profiles = decoder_profiles(

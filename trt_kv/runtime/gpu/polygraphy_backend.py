@@ -19,11 +19,13 @@ import numpy as np
 
 from trt_kv import dtypes
 from trt_kv.runtime.backend import (
+    Candidates,
     StepProfiles,
     check_open,
     last_token_logits,
     step_feed,
     take_roles,
+    top_k_candidates,
 )
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.embedding import EmbedFn, step_embedder
@@ -96,7 +98,8 @@ class PolygraphyBackend:
             self.embed(plan)
         return profile
 
-    def run(self, plan: StepPlan) -> np.ndarray:
+    def _infer(self, plan: StepPlan) -> dict[str, object]:
+        """Run ``plan``; every output as Polygraphy's ``DeviceArray`` (nothing downloaded)."""
         check_open("PolygraphyBackend", self.closed)
         profile = self.check_plan(plan)  # ShapeError: no profile holds the step
         steps = step_feed(plan, self.roles, self.embed)
@@ -104,8 +107,16 @@ class PolygraphyBackend:
         feed: dict[str, object] = {**steps, **views}
         if profile != self.runner.context.active_optimization_profile:
             self.runner.set_profile(profile)
-        outputs = self.runner.infer(feed, copy_outputs_to_host=False)
-        return last_token_logits(outputs[self.roles.logits].numpy(), plan)
+        return self.runner.infer(feed, copy_outputs_to_host=False)
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        return last_token_logits(self._infer(plan)[self.roles.logits].numpy(), plan)
+
+    def run_top_k(self, plan: StepPlan) -> Candidates:
+        """:meth:`run`'s step; downloads only the network's next-token candidates."""
+        outputs = self._infer(plan)
+        names = self.roles.sampling_outputs()
+        return top_k_candidates({n: outputs[n].numpy() for n in names}, self.roles)
 
     def cache_views(self, lo: int, b: int) -> dict[str, object]:
         """The device views ``[b, N, S_max, H]`` of every cache's window at slot ``lo``, made

@@ -39,19 +39,22 @@ from typing import Literal
 import numpy as np
 
 from trt_kv._trt import trt
+from trt_kv.builder.contract import TOP_LOGITS
 from trt_kv.errors import ArgumentError, EngineRunError, mismatch
 from trt_kv.runtime.backend import (
+    Candidates,
     StepProfiles,
     check_open,
     last_token_logits,
     step_feed,
     step_shapes,
     take_roles,
+    top_k_candidates,
 )
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.embedding import EmbedFn, step_embedder
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
-from trt_kv.runtime.gpu.device import DeviceCaches
+from trt_kv.runtime.gpu.device import ALIGNMENT, DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
 from trt_kv.runtime.gpu.staging import StepInputs, step_input_bytes
@@ -129,6 +132,20 @@ class TrtBackend:
         self.staging = StepInputs(step_input_bytes(self.roles, capacity))
         rows = capacity * (self.max_step_tokens if self.roles.all_logits else 1)
         self.logits = DeviceBuffer(rows * self.vocab_size * 4, self.roles.logits)
+        # the sampling outputs (device_top_k >= 1), packed so that one copy downloads them
+        self.candidates = DeviceBuffer(max(self._candidate_bytes(capacity), 1), "candidates")
+
+    def _candidate_offsets(self, batch: int) -> dict[str, int]:
+        """Byte offset of each sampling output (4-byte elements ``[B, k]``) in
+        ``self.candidates``: the second (``top_logits``) at the first aligned one after
+        ``top_ids``."""
+        step = -(-batch * self.device_top_k * 4 // ALIGNMENT) * ALIGNMENT
+        return {name: i * step for i, name in enumerate(self.roles.sampling_outputs())}
+
+    def _candidate_bytes(self, batch: int) -> int:
+        """Bytes of the packed sampling outputs of a batch, gaps included."""
+        offsets = self._candidate_offsets(batch)
+        return max(offsets.values()) + batch * self.device_top_k * 4 if offsets else 0
 
     def memory(self) -> dict[str, int]:
         """Bytes of each cache buffer."""
@@ -170,8 +187,13 @@ class TrtBackend:
             for name in (alias.input, alias.output):
                 ok = ctx.set_tensor_address(name, address)
                 self._call(ok, "set_tensor_address", name, hex(address))
-        ok = ctx.set_tensor_address(self.roles.logits, self.logits.address())
-        self._call(ok, "set_tensor_address", self.roles.logits, hex(self.logits.address()))
+        outputs = {self.roles.logits: self.logits.address()}
+        for name, offset in self._candidate_offsets(b).items():
+            outputs[name] = self.candidates.address(offset)
+        for name, address in outputs.items():
+            self._call(
+                ctx.set_tensor_address(name, address), "set_tensor_address", name, hex(address)
+            )
         return (profile, plan.lo, b, plan.input_ids.shape[1])
 
     def _execute(self) -> None:
@@ -229,6 +251,23 @@ class TrtBackend:
         host = self.logits.download(np.empty(self._logits_shape, np.float32), stream=self.stream)
         return last_token_logits(host, plan)
 
+    def run_top_k(self, plan: StepPlan) -> Candidates:
+        """:meth:`run`'s step, downloading only the network's next-token candidates (one
+        copy that synchronizes: ``[B]`` int32 for greedy, ``[B, k]`` ids and logits)."""
+        check_open("TrtBackend", self.closed)
+        self._enqueue(self._bind(plan))
+        b, k = len(plan.counts), self.device_top_k
+        words = self.candidates.download(
+            np.empty(self._candidate_bytes(b) // 4, np.int32), stream=self.stream
+        )
+        outputs = {
+            name: words[offset // 4 : offset // 4 + b * k]
+            for name, offset in self._candidate_offsets(b).items()
+        }
+        if k > 1:
+            outputs[TOP_LOGITS] = outputs[TOP_LOGITS].view(np.float32)
+        return top_k_candidates(outputs, self.roles)
+
     def close(self) -> None:
         """Release what the backend holds, in order (idempotent): wait for the stream's
         work, save the runtime cache (``runtime_cache=``), destroy the captured graphs,
@@ -255,7 +294,8 @@ class TrtBackend:
             _destroy_graph(rt, graph, graph_exec)
         if stream is not None:
             rt.cudaStreamDestroy(stream)
-        for buffer in (getattr(self, "staging", None), getattr(self, "logits", None)):
+        buffers = ("staging", "logits", "candidates")
+        for buffer in (getattr(self, name, None) for name in buffers):
             if buffer is not None:
                 buffer.free()
         if getattr(self, "storage", None) is not None:

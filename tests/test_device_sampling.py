@@ -1,0 +1,124 @@
+"""Sampling on the device (``device_top_k``): a network that ends in its own next-token
+candidates (one TopK layer), the interpreter's TopK, and ``generate``'s ids through them equal
+to the host-sampling path's, greedy and seeded top-k, on the interpreter.
+
+The GPU backends (emulated TensorRT, with and without trt_kv's CUDA graph, and Polygraphy)
+are in ``test_gpu_device_sampling.py``.
+"""
+
+import numpy as np
+import pytest
+from tiny_models import TINY_GQA
+
+from trt_kv.builder.contract import DecoderRoles, _network_specs, check_roles
+from trt_kv.errors import ArgumentError, NetworkError, ShapeError
+from trt_kv.models.llama import build_llama_network, random_weights
+from trt_kv.runtime import Session, generate
+from trt_kv.runtime.generate import device_sampling
+from trt_kv.runtime.interpreter_backend import InterpreterBackend
+from trt_kv.runtime.sampling import Sampler
+
+SHAPES = {"max_seq_len": 24, "max_batch": 2, "max_step_tokens": 4, "dtype": "float32"}
+PROMPTS = [[3, 4, 5], [9, 1]]
+WEIGHTS = random_weights(TINY_GQA, seed=5, std=0.3)
+
+
+def backend(k):
+    return InterpreterBackend(build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, device_top_k=k))
+
+
+@pytest.fixture(scope="module")
+def host():
+    return backend(0)
+
+
+@pytest.mark.parametrize(
+    "k, sampler",
+    [
+        (1, lambda: Sampler()),
+        (4, lambda: Sampler()),  # greedy among 4 candidates
+        (4, lambda: Sampler(temperature=0.8, top_k=4, seed=3)),
+        (8, lambda: Sampler(temperature=1.5, top_k=8, seed=11)),
+    ],
+)
+def test_generate_on_the_device_path_gives_the_host_paths_ids(host, k, sampler):
+    device = Session(backend(k))
+    assert device_sampling(device, sampler(), 1.0)
+    got = generate(device, PROMPTS, 12, sampler())
+    want = generate(Session(host), PROMPTS, 12, sampler())
+    assert got.ids == want.ids
+    assert not device_sampling(Session(host), sampler(), 1.0)  # no candidates: logits
+
+
+def test_the_candidates_are_the_best_logits_best_first():
+    session = Session(backend(4))
+    logits = session.prefill(PROMPTS)
+    ids, values = session.backend.run_top_k(session.state.plan(range(2), [[7], [8]]))
+    reference = Session(backend(0))
+    reference.prefill(PROMPTS)
+    full = reference.decode([7, 8])
+    want = np.argsort(-full, axis=-1, kind="stable")[:, :4]
+    assert ids.dtype == np.int32 and ids.tolist() == want.tolist()
+    np.testing.assert_array_equal(values, np.take_along_axis(full, want, -1))
+    assert logits.shape == (2, TINY_GQA.vocab_size)
+
+
+def test_a_sampler_the_candidates_cannot_serve_takes_the_logits():
+    session = Session(backend(4))
+    assert not device_sampling(session, Sampler(temperature=1.0, top_k=3), 1.0)  # k differs
+    assert not device_sampling(session, Sampler(temperature=1.0, top_k=4, top_p=0.9), 1.0)
+    assert not device_sampling(session, Sampler(temperature=1.0), 1.0)  # no top-k
+    assert not device_sampling(session, Sampler(), 1.2)  # repetition penalty
+    assert device_sampling(session, Sampler(), 1.0)
+
+
+def test_decode_and_step_keep_returning_logits():
+    session = Session(backend(1))
+    session.prefill(PROMPTS)
+    assert session.decode([1, 2]).shape == (2, TINY_GQA.vocab_size)
+    ids, values = session.decode_top_k([3, 4])
+    assert ids.shape == (2, 1) and values is None
+    assert [session.length(s) for s in (0, 1)] == [5, 4]
+
+
+def test_decode_top_k_on_a_network_without_candidates_is_refused(host):
+    session = Session(host)
+    session.prefill(PROMPTS)
+    with pytest.raises(ArgumentError, match="device_top_k >= 1"):
+        session.decode_top_k([1, 2])
+    assert session.length(0) == 3
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"device_top_k": -1}, "device_top_k"),
+        ({"device_top_k": TINY_GQA.vocab_size + 1}, "device_top_k"),
+        ({"device_top_k": 2, "all_logits": True}, "0 with all_logits"),
+        ({"device_top_k": 1.0}, "an integer"),
+    ],
+)
+def test_a_bad_device_top_k_is_refused(options, match):
+    with pytest.raises(ArgumentError, match=match):
+        build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, **options)
+
+
+def test_the_roles_record_k_and_check_its_outputs():
+    net = build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, device_top_k=4)
+    assert net.roles.device_top_k == 4
+    assert DecoderRoles.from_json(net.roles.to_json()) == net.roles
+    ins, outs = _network_specs(net.network)
+    assert {n: outs[n] for n in ("top_ids", "top_logits")} == {
+        "top_ids": ((-1, 4), "int32"),
+        "top_logits": ((-1, 4), "float32"),
+    }
+    check_roles(net.roles, ins, outs)
+    wrong = DecoderRoles.from_json({**net.roles.to_json(), "device_top_k": 2})
+    with pytest.raises(ShapeError, match=r"top_ids.*\[B, 2\]"):
+        check_roles(wrong, ins, outs)
+    missing = {n: s for n, s in outs.items() if n != "top_logits"}
+    with pytest.raises(NetworkError, match="top_logits"):
+        check_roles(net.roles, ins, missing)
+    greedy = build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, device_top_k=1)
+    assert greedy.roles.device_top_k == 1
+    assert _network_specs(greedy.network)[1]["next_token"] == ((-1,), "int32")
