@@ -105,3 +105,21 @@ def test_penalty_on_the_default_model_gives_hugging_faces_ids(hf_smollm2, capsys
     )
     assert ours == out[0, len(PLAIN_PROMPT_IDS) :].tolist()
     assert ours != run_json(capsys, *ask, "--ignore-eos")["ids"][0]  # the penalty changed them
+
+
+def test_device_top_k_gives_the_ids_of_the_logits_path(tmp_path, capsys):
+    """``--device-top-k``: the interpreter runs the network ending in its candidates;
+    greedy and seeded ``--top-k`` ids are those of the network without them."""
+    model = write_tiny_model(tmp_path / "tiny")
+    args = ["--model", str(model), "--prompt-ids", "1,2,3;40,41", "--max-new-tokens", "6"]
+    args += ["--backend", "interpreter", "--dtype", "float32"]
+    sampled = ["--temperature", "0.7", "--top-k", "5", "--seed", "4"]
+    for extra, k in (([], "1"), (sampled, "5")):
+        want = run_json(capsys, *args, *extra)["ids"]
+        assert run_json(capsys, *args, *extra, "--device-top-k", k)["ids"] == want
+    with pytest.raises(SystemExit) as exit_:  # argparse's refusal
+        main(["generate", *args, "--device-top-k", "-1"])
+    assert exit_.value.code == 2
+    capsys.readouterr()
+    assert main(["generate", *args, "--device-top-k", "100000"]) == 2  # reaches the builder
+    assert capsys.readouterr().err.startswith("trt-kv: error: device_top_k: expected an integer")

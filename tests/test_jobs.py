@@ -99,6 +99,7 @@ def test_sidecar_holds_the_options_and_the_build_time(built):
             "key_value_lengths": False,
         },
         "weight_format": None,
+        "device_top_k": 0,
         "compute_capability": "portable",
     }
     assert engine.meta.metadata["recipe"] == {
@@ -233,7 +234,7 @@ def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
             "t",
             {"max_seqlen": 64},
             r"options: expected BuildOptions fields \['dtype', 'max_seq_len', 'max_batch', "
-            r"'max_step_tokens', 'all_logits', 'routes', 'weight_format', "
+            r"'max_step_tokens', 'all_logits', 'routes', 'weight_format', 'device_top_k', "
             r"'compute_capability'\], got \['max_seqlen'\]",
         ),
         ("../t", {}, r"name: expected a file-name part \(no path separator\), got '../t'"),

@@ -36,6 +36,10 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "weights": "how the engine holds weights: in the activation dtype (the default), "
         "int8/int4 (quantized at build time per 32 weights: lossy), keep (a GGUF's quantized "
         "matrices as stored: INT8/INT4 with their block scales)",
+        "device_top_k": "the engine also picks the next token's K best candidates on the GPU, "
+        "so a decode step downloads K ids (and logits) instead of the logits; generate uses "
+        "them when greedy, or with --top-k K and no --top-p or --repetition-penalty (1: "
+        f"greedy only; default: {defaults.DEVICE_TOP_K}, off)",
         "out": "engine folder",
         "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
         "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "
@@ -59,6 +63,9 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     p.add_argument("--max-step-tokens", type=integer(1), default=None, help=text["max_step_tokens"])
     p.add_argument(
         "--weights", dest="weight_format", default=None, choices=WEIGHTS, help=text["weights"]
+    )
+    p.add_argument(
+        "--device-top-k", type=integer(0), default=None, metavar="K", help=text["device_top_k"]
     )
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
     p.add_argument("--routes", type=routes, default=None, help=text["routes"])

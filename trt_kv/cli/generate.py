@@ -203,6 +203,7 @@ def make_backend(
             dtype=args.dtype or common.DEFAULT_DTYPE,
             routes=args.routes,
             weight_format=args.weight_format,
+            device_top_k=common.build_options(args, batch).device_top_k,
         )
         return InterpreterBackend(net)
     require_gpu(f"--backend {args.backend}")

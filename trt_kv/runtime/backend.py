@@ -152,9 +152,9 @@ def top_k_candidates(outputs: Mapping[str, np.ndarray], roles: DecoderRoles) -> 
     """A step's candidates from the network's sampling outputs (``roles.device_top_k`` =
     k >= 1): ``(next_token [B] as [B, 1], None)``, or ``(top_ids [B, k], top_logits [B, k])``.
     """
-    names = roles.sampling_outputs()
-    ids = np.asarray(outputs[names[0]]).reshape(-1, roles.device_top_k)
-    return ids, (np.asarray(outputs[names[1]]) if len(names) == 2 else None)
+    k, names = roles.device_top_k, roles.sampling_outputs()
+    ids = np.asarray(outputs[names[0]]).reshape(-1, k)
+    return ids, (np.asarray(outputs[names[1]]).reshape(-1, k) if len(names) == 2 else None)
 
 
 def last_token_logits(logits: np.ndarray, plan: StepPlan) -> np.ndarray:
