@@ -8,10 +8,15 @@ shape, not on the weights), batch 1 and 8, each capture mode: what one decode st
 unchanged binding state asks of TensorRT and CUDA (calls by name, bytes each way,
 synchronizations) and the host's own time for it, with the engine's execution and the copies
 stubbed out (``trt_kv.emulator.counting(perform=False)``) and the time inside the emulated
-calls taken off: Session planning, binding, staging, sampling's inputs, trt_kv's side of
-each call. ``host_us_per_step_before`` is the same step with every binding set
-again at every step (``TrtBackend(rebind_every_step=True)``, the path before trt_kv bound
-once), timed in the same run. Medians over ``--steps`` steps.
+calls taken off: Session planning, binding, staging, trt_kv's side of each call, and the
+choice of the next ids (greedy). ``sampling``: ``"host"`` downloads the logits ``[B, V]`` and
+takes their argmax on the host; ``"device"`` runs the engine's own greedy choice
+(``device_top_k=1``: ``Session.decode_top_k``, ``[B]`` int32 downloaded), as ``generate``
+does on such an engine. One engine serves both (built with ``device_top_k=1``; its logits
+are still an output). ``host_us_per_step_before`` is the host-sampling step with every
+binding set again at every step (``TrtBackend(rebind_every_step=True)``, the path before
+trt_kv bound once and sampled on the device), timed in the same run. Medians over
+``--steps`` steps.
 """
 
 from __future__ import annotations
@@ -33,26 +38,35 @@ from trt_kv.models.llama import LlamaConfig, random_weights
 from trt_kv.runtime import Session
 from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
 from trt_kv.runtime.gpu.trt_backend import TrtBackend
+from trt_kv.runtime.sampling import Sampler
 
 NAME = "smollm2-135m-random"
 CAPTURES = {"none": False, "manual": "manual", "rtx": True}  # capture -> TrtBackend cuda_graph
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
-def per_step(backend: object, batch: int, steps: int) -> dict:
-    """Counts of ``steps`` decode steps of ``backend`` (closed after) at one binding state,
-    per step, and the median host time of one (microseconds)."""
+def per_step(backend: object, batch: int, steps: int, on_device: bool = False) -> dict:
+    """Counts of ``steps`` greedy decode steps of ``backend`` (closed after) at one binding
+    state, per step, and the median host time of one (microseconds); ``on_device``: the
+    engine's own next ids instead of the logits' argmax."""
+    sampler = Sampler()
     try:
         session = Session(backend)
         session.prefill([[1, 2, 3, 4]] * batch)
         tokens = np.full(batch, 5, np.int64)
+
+        def step() -> np.ndarray:
+            if on_device:
+                return sampler.choose(*session.decode_top_k(tokens))
+            return sampler(session.decode(tokens))
+
         for _ in range(3):  # bind, then capture (manual graphs), then replay: performed
-            session.decode(tokens)
+            step()
         times = []
         with counting(perform=False) as counts:
             for _ in range(steps):
                 start, inside = time.perf_counter(), counts.emulator_seconds
-                session.decode(tokens)
+                step()
                 emulator = counts.emulator_seconds - inside  # the stand-ins' own checks
                 times.append(time.perf_counter() - start - emulator)
     finally:
@@ -88,25 +102,28 @@ def main(argv: list[str] | None = None) -> int:
             max_seq_len=256,
             max_batch=max(args.batch),
             max_step_tokens=16,
+            device_top_k=1,
         ).path
         for batch in args.batch:
             for capture, cuda_graph in CAPTURES.items():
                 trt_backend = partial(TrtBackend, engine, capacity=batch, cuda_graph=cuda_graph)
-                now = per_step(trt_backend(), batch, args.steps)
                 before = per_step(trt_backend(rebind_every_step=True), batch, args.steps)
-                rows.append(
-                    {
-                        "backend": "tensorrt",
-                        "batch": batch,
-                        "cuda_graph": capture != "none",
-                        "capture": capture,
-                        **{k: v for k, v in now.items() if not k.endswith("_calls")},
-                        "host_us_per_step_before": before["host_us_per_step"],
-                        "trt_calls_per_step_before": before["trt_calls_per_step"],
-                        "trt_calls": now["trt_calls"],
-                        "cuda_calls": now["cuda_calls"],
-                    }
-                )
+                for sampling in ("host", "device"):
+                    now = per_step(trt_backend(), batch, args.steps, sampling == "device")
+                    rows.append(
+                        {
+                            "backend": "tensorrt",
+                            "batch": batch,
+                            "cuda_graph": capture != "none",
+                            "capture": capture,
+                            "sampling": sampling,
+                            **{k: v for k, v in now.items() if not k.endswith("_calls")},
+                            "host_us_per_step_before": before["host_us_per_step"],
+                            "trt_calls_per_step_before": before["trt_calls_per_step"],
+                            "trt_calls": now["trt_calls"],
+                            "cuda_calls": now["cuda_calls"],
+                        }
+                    )
             # measured and reported, not held to the TensorRT backend's targets
             poly = per_step(PolygraphyBackend(engine, capacity=batch), batch, args.steps)
             rows.append(
@@ -115,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                     "batch": batch,
                     "cuda_graph": False,
                     "capture": "none",
+                    "sampling": "host",
                     **{k: v for k, v in poly.items() if not k.endswith("_calls")},
                     "host_us_per_step_before": None,
                     "trt_calls_per_step_before": None,
@@ -127,14 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{NAME}, float16 engine, emulated device, median of {args.steps} decode steps")
     print(
-        "| backend | batch | capture | TRT calls | CUDA calls | H2D B | D2H B | syncs | host us | "
-        "host us before | TRT calls before |"
+        "| backend | batch | capture | sampling | TRT calls | CUDA calls | H2D B | D2H B | syncs "
+        "| host us | host us before | TRT calls before |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         before = r["host_us_per_step_before"]
         print(
-            f"| {r['backend']} | {r['batch']} | {r['capture']} | {r['trt_calls_per_step']:g} | "
+            f"| {r['backend']} | {r['batch']} | {r['capture']} | {r['sampling']} | "
+            f"{r['trt_calls_per_step']:g} | "
             f"{r['cuda_calls_per_step']:g} | {r['h2d_bytes_per_step']:g} | "
             f"{r['d2h_bytes_per_step']:g} | {r['syncs_per_step']:g} | "
             f"{r['host_us_per_step']:.0f} | {'-' if before is None else f'{before:.0f}'} | "

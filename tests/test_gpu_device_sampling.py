@@ -7,6 +7,7 @@ exist only there; results "emulated")."""
 import pytest
 from tiny_models import TINY_GQA
 
+from trt_kv.cli import main
 from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.runtime import Session, generate
@@ -45,8 +46,12 @@ def gpu_backend(kind, path):
     return TrtBackend(path, cuda_graph="manual" if kind == "cuda_graph" else False)
 
 
-def test_engine_names_say_k_only_off_the_default(engines):
+def test_engine_names_and_inspect_say_k(engines, capsys):
     assert "-k1" in engines[1].name and "-k4" in engines[4].name
+    assert main(["inspect", str(engines[4])]) == 0
+    assert "sampling     on the device: the 4 best next ids (top_ids, top_logits [B, 4])" in (
+        capsys.readouterr().out
+    )
 
 
 @pytest.mark.parametrize("kind", ["tensorrt", "cuda_graph", "polygraphy"])

@@ -197,6 +197,10 @@ def _role_lines(roles: dict | None) -> list[str]:
         f"B <= {roles['max_batch']}, S <= {roles['max_step_tokens']} per step"
         + (", logits of every position" if roles["all_logits"] else ""),
     ]
+    k = roles.get("device_top_k", 0)  # absent from sidecars written before it existed
+    if k:
+        what = "next_token [B]" if k == 1 else f"top_ids, top_logits [B, {k}]"
+        lines.append(f"sampling     on the device: the {k} best next ids ({what})")
     if roles["long_rope_after"] is not None:  # longrope past its original length
         lines.append(
             "rope         longrope: a sequence whose rope_lengths > "

@@ -24,6 +24,17 @@ Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
   again. On TensorRT-RTX user capture may need engines built with
   ``kREQUIRE_USER_ALLOCATION``.
 
+A step's result comes down in one ``cudaMemcpyAsync`` on the backend's stream followed by one
+``cudaStreamSynchronize``: the logits ``[B, V]`` (:meth:`run`) or, for an engine built with
+``device_top_k``, only the candidates (:meth:`run_top_k`: ``[B]`` int32 for greedy). Not one
+synchronous ``cudaMemcpy``: it runs on the default stream, which is ordered after trt_kv's
+(blocking) stream only under the legacy default-stream semantics, and cuda-python switches
+to per-thread default streams with ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1`` (CUDA's
+"Stream synchronization behavior": a per-thread default stream does not synchronize with
+other streams), where the copy could read the ids before the step wrote them; and under the
+legacy semantics it would wait for, and hold up, every other blocking stream of the process
+(other sessions, other libraries). The second call costs one API call, not a wait.
+
 ``runtime_cache=PATH`` (TensorRT-RTX): the just-in-time compiler's kernels are loaded from
 ``PATH`` when it holds a cache TensorRT-RTX accepts, and saved there by :meth:`close`
 (:mod:`trt_kv.runtime.gpu.runtime_cache`).
