@@ -122,3 +122,43 @@ def test_the_roles_record_k_and_check_its_outputs():
     greedy = build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, device_top_k=1)
     assert greedy.roles.device_top_k == 1
     assert _network_specs(greedy.network)[1]["next_token"] == ((-1,), "int32")
+
+
+class _LogitsOnly:
+    """A user's backend with only the required members (no run_top_k), over a network
+    that has candidates: generate must take the logits path."""
+
+    def __init__(self, inner):
+        self.storage, self.run = inner.storage, inner.run
+        self.max_step_tokens, self.vocab_size = inner.max_step_tokens, inner.vocab_size
+        self.device_top_k = inner.device_top_k  # claims k, but cannot run_top_k
+
+
+def test_a_backend_without_run_top_k_keeps_the_logits_path(host):
+    session = Session(_LogitsOnly(backend(1)))
+    assert not device_sampling(session, Sampler(), 1.0)
+    want = generate(Session(host), PROMPTS, 6).ids
+    assert generate(session, PROMPTS, 6).ids == want
+
+
+def test_gpt2_takes_the_same_option(tmp_path):
+    from gpt2_models import PROMPTS as GPT2_PROMPTS
+    from gpt2_models import save_gpt2
+
+    from trt_kv.examples import load_model
+    from trt_kv.models.gpt2 import build_gpt2_network
+
+    save_gpt2(tmp_path)
+    model = load_model(tmp_path, progress=False)
+    shapes = {"dtype": "float32", "max_seq_len": 32, "max_batch": 3, "max_step_tokens": 8}
+
+    def gpt2(k):
+        return Session(
+            InterpreterBackend(
+                build_gpt2_network(model.config, model.weights, **shapes, device_top_k=k)
+            )
+        )
+
+    device = gpt2(2)
+    assert device.backend.device_top_k == 2 and device_sampling(device, Sampler(), 1.0)
+    assert generate(device, GPT2_PROMPTS, 5).ids == generate(gpt2(0), GPT2_PROMPTS, 5).ids
