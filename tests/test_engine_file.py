@@ -275,6 +275,9 @@ def _role(d, key, value):
         (lambda d: _role(d, "logits", [1]), r"roles.logits: expected a non-empty string"),
         (lambda d: _role(d, "all_logits", 1), r"roles.all_logits: expected true or false"),
         (lambda d: _role(d, "long_rope_after", 0), r"roles.long_rope_after: expected an integer"),
+        (lambda d: _role(d, "device_top_k", -1), r"roles.device_top_k: expected an integer"),
+        (lambda d: _role(d, "device_top_k", True), r"roles.device_top_k: expected an integer"),
+        (lambda d: _role(d, "device_top_k", 10**9), r"roles.device_top_k: expected <= vocab"),
         (lambda d: _role(d, "inputs", {"ids": "x"}), r"roles.inputs: expected roles among"),
         (lambda d: _role(d, "inputs", {"token_ids": 3}), r"roles.inputs.token_ids: expected a"),
         (lambda d: d["roles"]["caches"][0].update(layout="BSNH"), r"caches\[0\].layout"),
@@ -292,6 +295,11 @@ def test_the_decoder_roles_are_checked_by_type_range_and_against_the_caches(
     traceback or a misleading --max-seq-len error (review of issue 29)."""
     with pytest.raises(EngineFileError, match=match):
         load_engine_file(_copy(llama_engine, tmp_path, _edited(llama_engine, edit)))
+
+
+def test_a_sidecar_from_before_device_top_k_reads_as_0(llama_engine, tmp_path):
+    edited = _edited(llama_engine, lambda d: d["roles"].pop("device_top_k"))
+    assert load_engine_file(_copy(llama_engine, tmp_path, edited))[1].roles.device_top_k == 0
 
 
 def test_a_new_sidecar_field_is_one_row_of_the_table():

@@ -242,6 +242,7 @@ _ROLE_KEYS = (
     "max_step_tokens",
     "all_logits",
     "long_rope_after",
+    "device_top_k",  # absent from sidecars written before it existed: 0
 )
 _EMBEDDING_KEYS = ("embedding_dim", "embedding_dtype")  # written by networks of embeddings
 
@@ -251,6 +252,8 @@ def _roles(where: str, value: object) -> DecoderRoles | None:
     buffers and steps from it)."""
     if value is None:
         return None
+    if isinstance(value, dict):
+        value = {"device_top_k": 0, **value}
     keys = _ROLE_KEYS + (
         _EMBEDDING_KEYS if isinstance(value, dict) and _EMBEDDING_KEYS[0] in value else ()
     )
@@ -274,6 +277,9 @@ def _roles(where: str, value: object) -> DecoderRoles | None:
     if d.get("embedding_dim") is not None or "embeddings" in inputs:
         _count(f"{where}.embedding_dim", d.get("embedding_dim"))
         _dtype(f"{where}.embedding_dtype", d.get("embedding_dtype"))
+    k = d["device_top_k"]  # k of the sampling outputs, 0 (none) to V
+    if k != 0 and _count(f"{where}.device_top_k", k) > d["vocab_size"]:
+        raise _fail(f"{where}.device_top_k", f"<= vocab_size = {d['vocab_size']}", k)
     try:
         return DecoderRoles.from_json({**d, "caches": [vars(c) for c in caches]})
     except ArgumentError as err:
