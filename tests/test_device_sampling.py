@@ -162,3 +162,13 @@ def test_gpt2_takes_the_same_option(tmp_path):
     device = gpt2(2)
     assert device.backend.device_top_k == 2 and device_sampling(device, Sampler(), 1.0)
     assert generate(device, GPT2_PROMPTS, 5).ids == generate(gpt2(0), GPT2_PROMPTS, 5).ids
+
+
+def test_run_top_k_of_a_network_without_candidates_is_refused_before_running(host):
+    session = Session(host)
+    session.prefill(PROMPTS)
+    before = {n: a.copy() for n, a in host.storage.window(0, 2).items()}
+    with pytest.raises(ArgumentError, match="device_top_k >= 1, got 0"):
+        host.run_top_k(session.state.plan(range(2), [[7], [8]]))
+    for name, cache in host.storage.window(0, 2).items():
+        np.testing.assert_array_equal(cache, before[name])

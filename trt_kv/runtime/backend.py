@@ -148,11 +148,25 @@ def take_roles(backend: object, roles: DecoderRoles) -> None:
     backend.device_top_k = roles.device_top_k
 
 
+def check_top_k(roles: DecoderRoles) -> tuple[str, ...]:
+    """The sampling outputs' names; ArgumentError for a network without them (a backend's
+    ``run_top_k`` calls it before it runs anything)."""
+    names = roles.sampling_outputs()
+    if not names:
+        raise ArgumentError(
+            mismatch("network", "one built with device_top_k >= 1", "", roles.device_top_k)
+        )
+    return names
+
+
 def top_k_candidates(outputs: Mapping[str, np.ndarray], roles: DecoderRoles) -> Candidates:
     """A step's candidates from the network's sampling outputs (``roles.device_top_k`` =
     k >= 1): ``(next_token [B] as [B, 1], None)``, or ``(top_ids [B, k], top_logits [B, k])``.
+
+    Raises:
+        ArgumentError: a network without them (k = 0).
     """
-    k, names = roles.device_top_k, roles.sampling_outputs()
+    k, names = roles.device_top_k, check_top_k(roles)
     ids = np.asarray(outputs[names[0]]).reshape(-1, k)
     return ids, (np.asarray(outputs[names[1]]).reshape(-1, k) if len(names) == 2 else None)
 

@@ -11,6 +11,7 @@ from trt_kv.interpreter import compile_network
 from trt_kv.runtime.backend import (
     Candidates,
     StepProfiles,
+    check_top_k,
     last_token_logits,
     step_feed,
     take_roles,
@@ -94,4 +95,5 @@ class InterpreterBackend:
 
     def run_top_k(self, plan: StepPlan) -> Candidates:
         """:meth:`run`'s step; the network's next-token candidates (``device_top_k`` >= 1)."""
+        check_top_k(self.roles)  # ArgumentError: no candidates (nothing has run)
         return top_k_candidates(self._outputs(plan), self.roles)

@@ -22,6 +22,7 @@ from trt_kv.runtime.backend import (
     Candidates,
     StepProfiles,
     check_open,
+    check_top_k,
     last_token_logits,
     step_feed,
     take_roles,
@@ -114,6 +115,7 @@ class PolygraphyBackend:
 
     def run_top_k(self, plan: StepPlan) -> Candidates:
         """:meth:`run`'s step; downloads only the network's next-token candidates."""
+        check_top_k(self.roles)  # ArgumentError: no candidates (nothing has run)
         outputs = self._infer(plan)
         names = self.roles.sampling_outputs()
         return top_k_candidates({n: outputs[n].numpy() for n in names}, self.roles)

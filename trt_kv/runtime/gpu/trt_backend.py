@@ -56,6 +56,7 @@ from trt_kv.runtime.backend import (
     Candidates,
     StepProfiles,
     check_open,
+    check_top_k,
     last_token_logits,
     step_feed,
     step_shapes,
@@ -266,6 +267,7 @@ class TrtBackend:
         """:meth:`run`'s step, downloading only the network's next-token candidates (one
         copy that synchronizes: ``[B]`` int32 for greedy, ``[B, k]`` ids and logits)."""
         check_open("TrtBackend", self.closed)
+        check_top_k(self.roles)  # ArgumentError: no candidates (nothing has run)
         self._enqueue(self._bind(plan))
         b, k = len(plan.counts), self.device_top_k
         words = self.candidates.download(
