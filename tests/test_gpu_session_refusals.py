@@ -102,14 +102,13 @@ def test_fork_of_a_slot_onto_itself_changes_nothing(engine):
 def test_a_reorder_whose_scratch_slot_cannot_be_had_changes_nothing(engine):
     """A swap needs the scratch slot; with no device memory left its allocation fails, and
     the lengths had already been swapped while the caches had not."""
-    from trt_kv.runtime.gpu.cuda import DeviceBuffer, free_device_bytes
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     backend = TrtBackend(engine, capacity=2)
     session = Session(backend)
     session.prefill([[1, 2, 3], [4, 5]])
     rows = [session.snapshot(0), session.snapshot(1)]
-    filler = DeviceBuffer(free_device_bytes() - 64, "filler")  # every byte but 64
+    release = _fill_device_memory()
     try:
         with pytest.raises(DeviceMemoryError, match="scratch"):
             session.reorder([1, 0])
@@ -118,5 +117,17 @@ def test_a_reorder_whose_scratch_slot_cannot_be_had_changes_nothing(engine):
             after = session.snapshot(slot)
             assert all((after[k] == before[k]).all() for k in before)
     finally:
-        filler.free()
+        release()
         backend.close()
+
+
+def _fill_device_memory() -> object:
+    """Leave 64 bytes of device memory free; returns what gives it back. The emulated card's
+    memory is host memory, so there its capacity is lowered instead of allocated away."""
+    from trt_kv.runtime.gpu.cuda import DeviceBuffer, free_device_bytes
+
+    if not emulator.is_active():
+        return DeviceBuffer(free_device_bytes() - 64, "filler").free
+    memory = emulator.device().memory
+    capacity, memory.capacity = memory.capacity, memory.used + 64
+    return lambda: setattr(memory, "capacity", capacity)
