@@ -179,14 +179,14 @@ def test_options_the_backend_would_ignore_are_refused(capsys, argv, message):
 
 @pytest.mark.parametrize("backend", ["reference", "interpreter"])
 def test_max_batch_is_the_capacity_on_cpu_backends_too(tiny_model, backend):
-    from trt_kv.cli import generate, make_parser
+    from trt_kv.cli import backends, make_parser
     from trt_kv.examples import load_model
 
     args = make_parser().parse_args(
         ["generate", "--model", str(tiny_model), "--backend", backend, "--max-batch", "3"]
     )
     model = load_model(str(tiny_model))
-    made = generate.make_backend(args, model.name, model.config, model.weights, 1)
+    made = backends.make_backend(args, model.name, model.config, model.weights, 1)
     assert made.storage.capacity == 3
 
 

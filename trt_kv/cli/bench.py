@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from trt_kv.cli import common, generate
+from trt_kv.cli import backends, common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, integer
 from trt_kv.errors import ArgumentError, mismatch
 
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from trt_kv.runtime.gpu.cuda import require_tensorrt_gpu
     from trt_kv.runtime.session import Session
 
-    args.backend, note = generate.pick_backend(args.backend)
+    args.backend, note = backends.pick_backend(args.backend)
     check_backend_options(args, args.backend, note)
     if args.backend in generate.GPU_BACKENDS:
         require_tensorrt_gpu(f"--backend {args.backend}")  # before loading any weights
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             "engine": None,
         }
         backend_args = argparse.Namespace(**{**vars(args), **shape})
-        with generate.opened_backend(backend_args, name, config, weights, capacity) as backend:
+        with backends.opened_backend(backend_args, name, config, weights, capacity) as backend:
             session = Session(backend)
             for b in args.batch:
                 try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trt_kv.cli import common, generate, options
+from trt_kv.cli import backends, common, generate, options
 
 EXAMPLE = 'trt-kv chat --system "Be brief." --repetition-penalty 1.2'  # or: echo Hi | trt-kv chat
 MAX_NEW_TOKENS = 256  # per answer, when --max-new-tokens is not given (and the cache has room)
@@ -37,12 +37,12 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.examples import load_model
 
-    generate.check_before_loading(args)
+    backends.check_before_loading(args)
     model = load_model(args.model, progress=not args.quiet)
     tokenizer = model.checkpoint.tokenizer()  # ConfigError without tokenizer.json
     opening = [{"role": "system", "content": args.system}] if args.system else []
     tokenizer.encode_chat([*opening, {"role": "user", "content": "?"}])  # a chat template?
-    with generate.opened_backend(args, model.name, model.config, model.weights, 1) as backend:
+    with backends.opened_backend(args, model.name, model.config, model.weights, 1) as backend:
         converse(args, backend, tokenizer, opening, model.checkpoint.eos_token_ids)
     return 0
 

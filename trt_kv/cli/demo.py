@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trt_kv.cli import build, common, generate
+from trt_kv.cli import backends, build, common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
 
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
 
     reason = tensorrt_refusal()  # no GPU, or one the installed TensorRT does not run
     no_gpu = gpu_unavailable_reason() is not None
-    args.backend, note = generate.pick_backend("auto")
+    args.backend, note = backends.pick_backend("auto")
     check_backend_options(args, args.backend, note)
     check_model(args)
     generate.check_prompt_options(args)  # refuse bad prompts before building anything
@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     build.print_built(args.out, [doc_example_engine(args.out), model_row], file=talk)
     print(backend_note(reason, args.emulate_gpu, no_gpu), file=sys.stderr)
     where = " (emulated GPU)" if args.emulate_gpu and args.backend != "interpreter" else ""
-    with generate.opened_backend(args, model.name, model.config, model.weights, 8) as backend:
+    with backends.opened_backend(args, model.name, model.config, model.weights, 8) as backend:
         for label, prompt, chat, prompts, tokenizer in asked:
             args.prompt, args.chat = prompt, chat
             shown = f"{label}> {prompt[0]}" if label else f"prompts={args.prompt_ids or prompt}"
