@@ -178,7 +178,7 @@ def test_captured_graphs_are_bounded_and_evicted_ones_destroyed(tmp_path):
             else:
                 session.decode([5], lo=lo)
             assert len(backend._graphs) == min(lo + 1, MAX_GRAPHS)
-        assert list(backend._graphs) == [(0, lo, 1, 1) for lo in range(2, slots)]
+        assert list(backend._graphs) == [((0, lo, 1, 1), "logits") for lo in range(2, slots)]
         session.decode([6], lo=slots - 1)  # the newest state again: a replay
     finally:
         backend.close()

@@ -319,13 +319,16 @@ def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp
     from trt_kv.models.llama import build_llama_network, random_weights
     from trt_kv.models.llama.network import LOGITS
     from trt_kv.runtime import Session
-    from trt_kv.runtime.backend import last_token_logits
+    from trt_kv.runtime.backend import last_token_logits, step_feed
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
     from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
     class SkipsTheSynchronize(TrtBackend):
         def run(self, plan):
-            self._enqueue(self._bind(plan))
+            feed = step_feed(plan, self.roles, self.embed)
+            self._bind(plan, feed)
+            self.staging.upload(feed, self.stream)
+            self._execute()
             self.landing = np.full(tuple(self.context.get_tensor_shape(LOGITS)), np.nan, np.float32)
             download(self.landing, self.logits.ptr, self.stream)  # no synchronize: the defect
             return last_token_logits(self.landing, plan)

@@ -49,6 +49,7 @@ from trt_kv.emulator.device import (
     Capture,
     CudaCallFailed,
     Stream,
+    count_moves,
     returning,
 )
 from trt_kv.emulator.device import device as _state
@@ -346,6 +347,7 @@ def cudaGraphLaunch(graphExec: object, stream: object) -> None:
     for node in nodes:  # pointer checks at the launch too (a freed buffer: EmulatorError here)
         if isinstance(node.work, Checked):
             node.work.check()
+        count_moves(node.work)  # the copies a replay makes
 
     def replay() -> None:
         for node in nodes:

@@ -196,7 +196,8 @@ class Device:
                     f"{what}: capture invalidated earlier ({s.capture.invalid})",
                 )
             s.capture.nodes.append(Node(what, work))
-            return None
+            return None  # a captured copy's bytes are counted when a launch replays it
+        count_moves(work)
         if not performing():  # counting(perform=False): checked now, never run
             work = Checked(work.check, _skip) if isinstance(work, Checked) else _skip
         return self.queue.submit(LEGACY_STREAM if s is None else s.handle, work, what)
@@ -274,13 +275,12 @@ class Device:
             return d, s
 
         addresses()
-        record_copy(kind, count)
 
         def work() -> None:
             d, s = addresses()
             transfer(d, s, count, kind)  # a released host buffer: EmulatorError, not a crash
 
-        return Checked(addresses, work)
+        return Checked(addresses, work, (kind, count))
 
     def host_alloc(self, size: int) -> int:
         """Page-locked host memory (``cudaHostAlloc``): a page-aligned block, kept mapped
@@ -324,6 +324,12 @@ class Device:
                 f"got {'null' if ptr == 0 else 'a device pointer'}"
             )
         return ptr
+
+
+def count_moves(work: object) -> None:
+    """Count the bytes ``work`` moves (a copy: :attr:`Checked.moves`) as submitted now."""
+    if isinstance(work, Checked) and work.moves is not None:
+        record_copy(*work.moves)
 
 
 def _skip() -> None:

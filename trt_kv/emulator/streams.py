@@ -48,6 +48,7 @@ class Checked:
 
     check: Callable[[], object]
     run: Callable[[], None]
+    moves: tuple[str, int] | None = None  # a copy's direction ("HD"...) and bytes
 
     def __call__(self) -> None:
         self.run()

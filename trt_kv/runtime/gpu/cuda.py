@@ -197,6 +197,12 @@ class DeviceBuffer:
         kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
         check(self._rt.cudaMemcpyAsync(self.address(), pinned.ptr, nbytes, kind, stream))
 
+    def download_to(self, pinned: PinnedBuffer, nbytes: int, stream: int) -> None:
+        """Copy the first ``nbytes`` here into ``pinned``, asynchronously on ``stream`` (the
+        bytes are there once ``stream`` is synchronized)."""
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        check(self._rt.cudaMemcpyAsync(pinned.ptr, self.address(), nbytes, kind, stream))
+
     def download(self, host: np.ndarray, offset: int = 0, stream: int = 0) -> np.ndarray:
         """Copy ``host.nbytes`` from ``offset`` into ``host`` on ``stream`` (0: the legacy
         stream) and synchronize that stream: ``host`` holds the bytes when this returns."""

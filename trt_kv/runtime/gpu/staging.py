@@ -62,9 +62,18 @@ class StepInputs:
         return addresses
 
     def upload(self, feed: Mapping[str, np.ndarray], stream: int) -> None:
-        """Write ``feed`` (the shapes of the last :meth:`arrange`) into the pinned buffer and
-        copy the packed span to the device on ``stream``: one ``cudaMemcpyAsync``. The
+        """:meth:`write` ``feed``, then :meth:`copy` it to the device on ``stream``. The
         pinned bytes must stay as they are until ``stream`` is synchronized.
+
+        Raises:
+            ShapeError: as :meth:`write`.
+        """
+        self.write(feed)
+        self.copy(stream)
+
+    def write(self, feed: Mapping[str, np.ndarray]) -> None:
+        """Write ``feed`` (the shapes of the last :meth:`arrange`) into the pinned buffer (host
+        memory only: no CUDA call; a captured :meth:`copy` replayed later takes it up).
 
         Raises:
             ShapeError: an input whose shape or dtype differs from the arranged one.
@@ -76,6 +85,10 @@ class StepInputs:
                     mismatch(name, "the arranged shape", (view.shape, view.dtype), host.shape)
                 )
             np.copyto(view, host)
+
+    def copy(self, stream: int) -> None:
+        """The packed span, pinned buffer to device, on ``stream``: one ``cudaMemcpyAsync``
+        (recorded, not run, when ``stream`` is being captured)."""
         self.device.upload_from(self.host, self.used, stream)
 
     def free(self) -> None:

@@ -14,26 +14,30 @@ Decode steps (S = 1) can replay a CUDA graph, two ways (``cuda_graph=``):
 - ``"runtime"`` (TensorRT-RTX's default): the runtime captures and replays whole graphs itself
   (``IRuntimeConfig.cuda_graph_strategy = WHOLE_GRAPH_CAPTURE``); the config is kept alive as
   long as its context.
-- ``"manual"`` (full TensorRT's default): trt_kv captures ``execute_async_v3`` once per binding
-  state (profile, window start ``lo``, batch B) after one ordinary enqueue of that state, and
-  replays it only when the step before ran the same state; after a step of other shapes it
-  enqueues afresh (TensorRT redoes shape-dependent set-up in the first enqueue after a shape
-  change, which a replay would skip). Graphs, graph executables and the stream are destroyed
-  by :meth:`close` (or on collection). At most :data:`MAX_GRAPHS` graphs are kept, least
-  recently used evicted (and destroyed) first; a state whose graph was evicted is captured
-  again. On TensorRT-RTX user capture may need engines built with
+- ``"manual"`` (full TensorRT's default): trt_kv captures a decode step once per binding
+  state (profile, window start ``lo``, batch B) and output (logits or next-token candidates)
+  after one ordinary step of that state: the upload of the step inputs from the pinned
+  staging buffer, ``execute_async_v3`` and the download of the output into pinned memory.
+  It replays it only when the step before ran the same state: the inputs are written into the
+  pinned buffer (no CUDA call), one ``cudaGraphLaunch``, one ``cudaStreamSynchronize``. After
+  a step of other shapes it runs an ordinary step first (TensorRT redoes shape-dependent
+  set-up in the first enqueue after a shape change, which a replay would skip); a window
+  change is a new binding state, captured anew. Graphs, graph executables and the stream are
+  destroyed by :meth:`close` (or on collection). At most :data:`MAX_GRAPHS` graphs are kept,
+  least recently used evicted (and destroyed) first; a state whose graph was evicted is
+  captured again. On TensorRT-RTX user capture may need engines built with
   ``kREQUIRE_USER_ALLOCATION``.
 
-A step's result comes down in one ``cudaMemcpyAsync`` on the backend's stream followed by one
-``cudaStreamSynchronize``: the logits ``[B, V]`` (:meth:`run`) or, for an engine built with
-``device_top_k``, only the candidates (:meth:`run_top_k`: ``[B]`` int32 for greedy). Not one
-synchronous ``cudaMemcpy``: it runs on the default stream, which is ordered after trt_kv's
-(blocking) stream only under the legacy default-stream semantics, and cuda-python switches
-to per-thread default streams with ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1`` (CUDA's
-"Stream synchronization behavior": a per-thread default stream does not synchronize with
-other streams), where the copy could read the ids before the step wrote them; and under the
-legacy semantics it would wait for, and hold up, every other blocking stream of the process
-(other sessions, other libraries). The second call costs one API call, not a wait.
+Without trt_kv's graph a step's result comes down in one ``cudaMemcpyAsync`` on the backend's
+stream followed by one ``cudaStreamSynchronize``: the logits ``[B, V]`` (:meth:`run`) or,
+for an engine built with ``device_top_k``, only the candidates (:meth:`run_top_k`: ``[B]``
+int32 for greedy). Not one synchronous ``cudaMemcpy``: it runs on the default stream, which
+is ordered after trt_kv's (blocking) stream only under the legacy default-stream semantics,
+and cuda-python switches to per-thread default streams with
+``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1`` (CUDA's "Stream synchronization behavior": a
+per-thread default stream does not synchronize with other streams), where the copy could read
+the ids before the step wrote them; and under the legacy semantics it would wait for, and
+hold up, every other blocking stream of the process.
 
 ``runtime_cache=PATH`` (TensorRT-RTX): the just-in-time compiler's kernels are loaded from
 ``PATH`` when it holds a cache TensorRT-RTX accepts, and saved there by :meth:`close`
@@ -65,7 +69,7 @@ from trt_kv.runtime.backend import (
 )
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.embedding import EmbedFn, step_embedder
-from trt_kv.runtime.gpu.cuda import DeviceBuffer, check, create_stream, synchronize
+from trt_kv.runtime.gpu.cuda import DeviceBuffer, PinnedBuffer, check, create_stream, synchronize
 from trt_kv.runtime.gpu.device import ALIGNMENT, DeviceCaches
 from trt_kv.runtime.gpu.engine_loader import open_decoder_engine
 from trt_kv.runtime.gpu.runtime_cache import RuntimeCacheFile, check_runtime_cache_path
@@ -134,8 +138,9 @@ class TrtBackend:
             self.context = self.engine.create_execution_context(self.runtime_config)
         else:
             self.context = self.engine.create_execution_context()
-        self._graphs: OrderedDict[tuple, tuple[object, object]] = OrderedDict()  # LRU first
-        self._last_state: tuple | None = None  # binding state of the previous enqueue
+        # (binding state, output) -> (graph, executable), least recently used first
+        self._graphs: OrderedDict[tuple, tuple[object, object]] = OrderedDict()
+        self._last_key: tuple | None = None  # (binding state, output) of the previous step
         self._bound: tuple | None = None  # (lo, B, S) the context's bindings are set for
         self._logits_shape: tuple[int, ...] = ()
         self.storage = DeviceCaches(self.meta.aliases, capacity)
@@ -146,6 +151,11 @@ class TrtBackend:
         self.logits = DeviceBuffer(rows * self.vocab_size * 4, self.roles.logits)
         # the sampling outputs (device_top_k >= 1), packed so that one copy downloads them
         self.candidates = DeviceBuffer(max(self._candidate_bytes(capacity), 1), "candidates")
+        # where a captured decode step's download lands (a graph's copies need pinned memory)
+        self.outputs_host = None
+        if self.graph_mode == "manual":
+            most = max(capacity * self.vocab_size * 4, self._candidate_bytes(capacity))
+            self.outputs_host = PinnedBuffer(most, "captured step outputs")
 
     def _candidate_offsets(self, batch: int) -> dict[str, int]:
         """Byte offset of each sampling output (4-byte elements ``[B, k]``) in
@@ -169,17 +179,15 @@ class TrtBackend:
                 f"{call}({', '.join(map(str, detail))}): TensorRT refused (see its log)"
             )
 
-    def _bind(self, plan: StepPlan) -> tuple:
-        """Upload ``plan``'s inputs, binding first where the binding state changed; returns
-        the state ``(profile, lo, B, S)``."""
-        feed = step_feed(plan, self.roles, self.embed)
+    def _bind(self, plan: StepPlan, feed: dict[str, np.ndarray]) -> tuple:
+        """Bind ``plan``'s step where the binding state changed; returns the state
+        ``(profile, lo, B, S)``."""
         key = (plan.lo, *plan.input_ids.shape)
         if key != self._bound or self.rebind_every_step:
             self._bound = None  # until every call below succeeded
             self._state = self._bind_all(plan, feed)
             self._logits_shape = tuple(self.context.get_tensor_shape(self.roles.logits))
             self._bound = key
-        self.staging.upload(feed, self.stream)
         return self._state
 
     def _bind_all(self, plan: StepPlan, feed: dict[str, np.ndarray]) -> tuple:
@@ -211,39 +219,75 @@ class TrtBackend:
     def _execute(self) -> None:
         self._call(self.context.execute_async_v3(self.stream), "execute_async_v3")
 
-    def _enqueue(self, state: tuple) -> None:
-        decode = state[3] == 1
-        if self.graph_mode != "manual" or not decode:
-            self._execute()
-        elif state in self._graphs and state == self._last_state:
-            self._graphs.move_to_end(state)
-            check(self._cuda.cudaGraphLaunch(self._graphs[state][1], self.stream))
-        else:
-            # A fresh enqueue after a change of binding state; it also serves as the warm-up
-            # TensorRT's trtexec does before capturing ("Avoid capturing initialization calls
-            # by executing the enqueue function at least once before starting CUDA graph
-            # capture.").
-            self._execute()
-            if state in self._graphs:
-                self._graphs.move_to_end(state)
-            else:
-                self._capture(state)
-        self._last_state = state
+    def _output(self, output: str, b: int) -> tuple[DeviceBuffer, tuple[int, ...], type]:
+        """The device buffer, host shape and dtype of a step's ``output``: ``"logits"``
+        (float32, the engine's shape) or ``"candidates"`` (the packed int32 words)."""
+        if output == "logits":
+            return self.logits, self._logits_shape, np.float32
+        return self.candidates, (self._candidate_bytes(b) // 4,), np.int32
 
-    def _capture(self, state: tuple) -> None:
-        """Record one enqueue of ``state`` into a graph (nothing runs)."""
+    def _step(self, plan: StepPlan, output: str) -> np.ndarray:
+        """Run ``plan`` and download ``output`` (synchronized): bind where the state changed,
+        upload the inputs, enqueue, download; a decode step with trt_kv's own capture is one
+        graph launch holding all three."""
+        feed = step_feed(plan, self.roles, self.embed)
+        state = self._bind(plan, feed)
+        buffer, shape, dtype = self._output(output, len(plan.counts))
+        if self.graph_mode == "manual" and state[3] == 1:
+            return self._graph_step((state, output), feed, buffer, shape, dtype)
+        self.staging.upload(feed, self.stream)
+        self._execute()
+        self._last_key = (state, output)
+        return buffer.download(np.empty(shape, dtype), stream=self.stream)
+
+    def _graph_step(
+        self, key: tuple, feed: dict, buffer: DeviceBuffer, shape: tuple, dtype: type
+    ) -> np.ndarray:
+        """A decode step with trt_kv's own capture. The same state and output as the step
+        before: the inputs are written to pinned memory (no CUDA call), then one
+        ``cudaGraphLaunch`` replays upload, enqueue and download, and one synchronize ends it.
+        Otherwise: an ordinary step (TensorRT redoes shape-dependent set-up in the first
+        enqueue after a change, which a replay would skip; it also serves as the warm-up
+        TensorRT's trtexec does before capturing: "Avoid capturing initialization calls by
+        executing the enqueue function at least once before starting CUDA graph capture."),
+        then the capture of the state, if it has no graph yet."""
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if key in self._graphs and key == self._last_key:
+            self._graphs.move_to_end(key)
+            self.staging.write(feed)
+            check(self._cuda.cudaGraphLaunch(self._graphs[key][1], self.stream))
+        else:
+            self.staging.upload(feed, self.stream)
+            self._execute()
+            buffer.download_to(self.outputs_host, nbytes, self.stream)
+            if key in self._graphs:
+                self._graphs.move_to_end(key)
+            else:
+                self._capture(key, buffer, nbytes)  # synchronizes first: the step above ran
+        synchronize(self.stream)
+        self._last_key = key
+        return self.outputs_host.view(0, dtype, shape).copy()
+
+    def _capture(self, key: tuple, buffer: DeviceBuffer, nbytes: int) -> None:
+        """Record one decode step of ``key`` into a graph (nothing runs): the inputs' upload
+        from the pinned staging buffer, the enqueue, the download of ``nbytes`` of ``buffer``
+        into pinned memory."""
         rt = self._cuda
         synchronize(self.stream)
         mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
         check(rt.cudaStreamBeginCapture(self.stream, mode))
-        ok = self.context.execute_async_v3(self.stream)
-        graph = check(rt.cudaStreamEndCapture(self.stream))  # always end the capture
+        try:
+            self.staging.copy(self.stream)
+            ok = self.context.execute_async_v3(self.stream)
+            buffer.download_to(self.outputs_host, nbytes, self.stream)
+        finally:
+            graph = check(rt.cudaStreamEndCapture(self.stream))  # always end the capture
         if not ok:
             rt.cudaGraphDestroy(graph)
             self._call(False, "execute_async_v3 (under stream capture)")
         if len(self._graphs) >= MAX_GRAPHS:
             _destroy_graph(rt, *self._graphs.popitem(last=False)[1])
-        self._graphs[state] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
+        self._graphs[key] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
 
     def check_plan(self, plan: StepPlan) -> int:
         """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
@@ -258,21 +302,15 @@ class TrtBackend:
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
-        self._enqueue(self._bind(plan))
-        # The download synchronizes the stream: the pinned inputs may change after it.
-        host = self.logits.download(np.empty(self._logits_shape, np.float32), stream=self.stream)
-        return last_token_logits(host, plan)
+        return last_token_logits(self._step(plan, "logits"), plan)
 
     def run_top_k(self, plan: StepPlan) -> Candidates:
         """:meth:`run`'s step, downloading only the network's next-token candidates (one
         copy that synchronizes: ``[B]`` int32 for greedy, ``[B, k]`` ids and logits)."""
         check_open("TrtBackend", self.closed)
         check_top_k(self.roles)  # ArgumentError: no candidates (nothing has run)
-        self._enqueue(self._bind(plan))
+        words = self._step(plan, "candidates")
         b, k = len(plan.counts), self.device_top_k
-        words = self.candidates.download(
-            np.empty(self._candidate_bytes(b) // 4, np.int32), stream=self.stream
-        )
         outputs = {
             name: words[offset // 4 : offset // 4 + b * k]
             for name, offset in self._candidate_offsets(b).items()
@@ -307,7 +345,7 @@ class TrtBackend:
             _destroy_graph(rt, graph, graph_exec)
         if stream is not None:
             rt.cudaStreamDestroy(stream)
-        buffers = ("staging", "logits", "candidates")
+        buffers = ("staging", "logits", "candidates", "outputs_host")
         for buffer in (getattr(self, name, None) for name in buffers):
             if buffer is not None:
                 buffer.free()
