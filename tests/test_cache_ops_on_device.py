@@ -1,6 +1,7 @@
 """Cache operations stay on the device: ``reorder`` as slot copies inside the storage (each
 slot written at most once, a cycle through one scratch slot), a prefill's reset as one fill
-per cache, and a bounded set of captured decode graphs.
+per cache, ``restore``/``import_legacy`` as one strided ``cudaMemcpy2D`` per cache and slot, and
+a bounded set of captured decode graphs.
 
 The move plan is checked against a plain gather; the device caches against host caches byte
 for byte (on a real GPU unchanged). What the code asks of the device (calls, bytes by
@@ -182,3 +183,57 @@ def test_captured_graphs_are_bounded_and_evicted_ones_destroyed(tmp_path):
         session.decode([6], lo=slots - 1)  # the newest state again: a replay
     finally:
         backend.close()
+
+
+@pytest.mark.gpu(tensorrt=False)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("length", [3, 8])  # short rows, and rows filling S_max = 8
+def test_restore_and_import_legacy_are_one_strided_copy_per_cache(dtype, length):
+    from trt_kv.builder.model_caches import model_cache_aliases
+    from trt_kv.emulator import counting, is_active
+    from trt_kv.runtime.gpu.device import DeviceCaches
+
+    aliases = model_cache_aliases(2, num_kv_heads=2, max_seq_len=8, head_dim=16, dtype=dtype)
+    rng = np.random.default_rng(length)
+    snap = {a.input: rng.standard_normal((2, length, 16)) for a in aliases}
+    past = [
+        (rng.standard_normal((2, 2, length, 16)), rng.standard_normal((2, 2, length, 16)))
+        for _ in range(2)
+    ]
+    host = HostCaches(aliases, 4)
+    dev = DeviceCaches(aliases, 4)
+    itemsize = np.dtype(host.dtype(aliases[0].input)).itemsize
+    try:
+        for caches in (host, dev):
+            caches.zero()
+        ops = [(lambda c: c.restore(1, snap), 1), (lambda c: c.import_legacy(past, [3, 0]), 2)]
+        for op, slots in ops:
+            op(host)
+            if is_active():
+                with counting() as counts:
+                    op(dev)
+                writes = len(aliases) * slots
+                assert counts.calls == {"cudaMemcpy2D": writes}  # no per-head cudaMemcpy
+                assert counts.bytes == {"HD": writes * 2 * length * 16 * itemsize}
+            else:  # a real GPU: bytes only
+                op(dev)
+            for a in aliases:
+                for slot in range(4):
+                    got = dev.read_slot(a.input, slot).tobytes()
+                    assert got == host.read_slot(a.input, slot).tobytes(), (a.input, slot)
+    finally:
+        dev.free()
+
+
+@pytest.mark.gpu(tensorrt=False)
+@pytest.mark.parametrize("rows", [np.zeros((2, 5), np.float32), np.zeros(4, np.float32)])
+def test_a_2d_upload_of_rows_wider_than_the_pitch_or_not_2d_is_refused(rows):
+    from trt_kv.errors import ArgumentError
+    from trt_kv.runtime.gpu.cuda import DeviceBuffer
+
+    buf = DeviceBuffer(64)
+    try:
+        with pytest.raises(ArgumentError, match="rows of at most 16 bytes"):
+            buf.upload_2d(rows, 0, 16)  # 20-byte rows into a 16-byte pitch; a 1-D array
+    finally:
+        buf.free()

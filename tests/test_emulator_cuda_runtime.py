@@ -161,3 +161,68 @@ def test_device_properties_name_the_emulated_device():
     prop = ok(rt().cudaGetDeviceProperties(0))
     assert b"emulated" in prop.name and (prop.major, prop.minor) == (8, 9)
     assert rt().cudaGetDeviceProperties(1)[0] == rt().cudaError_t.cudaErrorInvalidDevice
+
+
+def h2d_2d(ptr, dpitch, host, width=None, spitch=None):
+    """cudaMemcpy2D of the rows of ``host [R, W]`` to ``ptr``, row r at ``ptr + r * dpitch``."""
+    width = host.shape[1] * host.itemsize if width is None else width
+    spitch = host.shape[1] * host.itemsize if spitch is None else spitch
+    kind = rt().cudaMemcpyKind.cudaMemcpyHostToDevice
+    return rt().cudaMemcpy2D(ptr, dpitch, host.ctypes.data, spitch, width, host.shape[0], kind)
+
+
+def test_2d_copy_lands_each_row_at_its_pitch_and_leaves_the_gaps():
+    ptr = ok(rt().cudaMalloc(24))
+    ok(rt().cudaMemset(ptr, 0xEE, 24))
+    rows = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    ok(h2d_2d(ptr, 8, rows))
+    rows[:] = 99  # synchronous: the rows were read before the call returned
+    got = d2h(np.empty((3, 8), np.uint8), ptr)
+    assert got[:, :4].tolist() == np.arange(12).reshape(3, 4).tolist()
+    assert (got[:, 4:] == 0xEE).all()
+    back = np.zeros((3, 4), np.uint8)  # and back: device rows at pitch 8 to dense host rows
+    kind = rt().cudaMemcpyKind.cudaMemcpyDeviceToHost
+    ok(rt().cudaMemcpy2D(back.ctypes.data, 4, ptr, 8, 4, 3, kind))
+    assert back.tolist() == got[:, :4].tolist()
+
+
+def test_2d_copy_is_counted_as_one_call_of_all_its_bytes():
+    from trt_kv.emulator import counting
+
+    ptr = ok(rt().cudaMalloc(64))
+    with counting() as counts:
+        ok(h2d_2d(ptr, 16, np.zeros((4, 3), np.float32)))
+    assert counts.calls == {"cudaMemcpy2D": 1}
+    assert counts.bytes == {"HD": 48}
+
+
+@pytest.mark.parametrize(("dpitch", "spitch"), [(8, 16), (16, 8)])
+def test_2d_copy_wider_than_a_pitch_is_an_invalid_pitch_and_writes_nothing(dpitch, spitch):
+    ptr = ok(rt().cudaMalloc(64))
+    ok(rt().cudaMemset(ptr, 0, 64))
+    err, *_ = h2d_2d(ptr, dpitch, np.ones((2, 16), np.uint8), width=12, spitch=spitch)
+    assert err == rt().cudaError_t.cudaErrorInvalidPitchValue
+    assert not d2h(np.empty(64, np.uint8), ptr).any()
+
+
+def test_2d_copy_whose_last_row_leaves_the_allocation_is_an_error():
+    ptr = ok(rt().cudaMalloc(30))  # rows at 0, 8, 16, 24: the last ends at 32
+    ok(rt().cudaMemset(ptr, 0, 30))
+    with pytest.raises(EmulatorError, match="inside one live allocation"):
+        h2d_2d(ptr, 8, np.ones((4, 8), np.uint8))
+    assert not d2h(np.empty(30, np.uint8), ptr).any()  # refused before any row was written
+
+
+def test_2d_copy_host_side_must_not_be_a_device_pointer():
+    ptr = ok(rt().cudaMalloc(64))
+    other = ok(rt().cudaMalloc(64))
+    kind = rt().cudaMemcpyKind.cudaMemcpyHostToDevice
+    with pytest.raises(EmulatorError, match="expected a host pointer"):
+        rt().cudaMemcpy2D(ptr, 16, other, 8, 8, 2, kind)
+
+
+def test_2d_copy_between_overlapping_device_spans_is_an_error():
+    ptr = ok(rt().cudaMalloc(64))
+    kind = rt().cudaMemcpyKind.cudaMemcpyDeviceToDevice
+    with pytest.raises(EmulatorError, match="non-overlapping"):
+        rt().cudaMemcpy2D(ptr + 4, 16, ptr, 16, 8, 3, kind)

@@ -346,3 +346,18 @@ def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp
         np.testing.assert_allclose(broken.landing, expected, rtol=1e-3, atol=1e-3)  # [B, V]
     finally:
         broken.close()
+
+
+def test_a_2d_download_waits_for_earlier_stream_work_and_a_2d_device_copy_does_not():
+    stream, ptr = ok(rt().cudaStreamCreate()), ok(rt().cudaMalloc(8))
+    ok(rt().cudaMemset(ptr, 0, 8))
+    ok(rt().cudaMemsetAsync(ptr, 5, 2, stream))
+    host = np.zeros((2, 2), np.uint8)  # as cudaMemcpy: the legacy stream waits for stream
+    ok(rt().cudaMemcpy2D(host.ctypes.data, 2, ptr, 4, 2, 2, kind("DeviceToHost")))
+    assert host.tolist() == [[5, 5], [0, 0]]
+    ok(rt().cudaMemcpy2D(ptr + 2, 4, ptr, 4, 2, 2, kind("DeviceToDevice")))
+    late = np.zeros(8, np.uint8)
+    download(late, ptr, stream)  # queued on stream after the (pending) legacy copy
+    assert late.tolist() == [0] * 8  # "no host-side synchronization": nothing ran yet
+    ok(rt().cudaStreamSynchronize(stream))
+    assert late.tolist() == [5, 5, 5, 5, 0, 0, 0, 0]

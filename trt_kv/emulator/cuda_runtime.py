@@ -10,11 +10,12 @@ Stream work is deferred (:mod:`.streams`): async copies, memsets, engine enqueue
 launches and event records run when a synchronizing call needs them, and no earlier.
 Synchronizing: ``cudaStreamSynchronize``, ``cudaEventSynchronize``, ``cudaDeviceSynchronize``,
 ``cudaFree`` (it synchronizes the device), a second ``cudaStreamQuery``/``cudaEventQuery`` of
-pending work (the first answers ``cudaErrorNotReady``), and ``cudaMemcpy`` to or from host
-memory (legacy stream: it waits for all work before it and returns once done). ``cudaMemset``
-and device-to-device ``cudaMemcpy`` return before they run ("no host-side synchronization is
-performed"; API synchronization behavior). Deferred work that fails raises
-:class:`~trt_kv.emulator.streams.StreamWorkError` from the synchronizing call that ran it.
+pending work (the first answers ``cudaErrorNotReady``), and ``cudaMemcpy``/``cudaMemcpy2D`` to
+or from host memory (legacy stream: it waits for all work before it and returns once done).
+``cudaMemset`` and device-to-device ``cudaMemcpy``/``cudaMemcpy2D`` return before they run
+("no host-side synchronization is performed"; API synchronization behavior). Deferred work
+that fails raises :class:`~trt_kv.emulator.streams.StreamWorkError` from the synchronizing call
+that ran it.
 """
 
 from __future__ import annotations
@@ -177,7 +178,12 @@ def cudaFreeHost(ptr: int) -> None:
     _state().host_free(int(ptr))
 
 
-def _copy(dst: int, src: int, count: int, kind: object) -> tuple[Callable[[], None], str]:
+def _sides(dst: int, src: int, kind: object) -> str:
+    """The copy's direction as two letters, source then destination (``"HD"``...).
+
+    Raises:
+        CudaCallFailed: cudaErrorInvalidMemcpyDirection for a value no cudaMemcpyKind has.
+    """
     try:
         kind = cudaMemcpyKind(kind)
     except ValueError as e:
@@ -185,23 +191,50 @@ def _copy(dst: int, src: int, count: int, kind: object) -> tuple[Callable[[], No
     if kind == cudaMemcpyKind.cudaMemcpyDefault:
         # "Passing cudaMemcpyDefault is recommended, in which case the type of transfer is
         # inferred from the pointer values." (unified virtual addressing)
-        sides = "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
-    else:
-        sides = _KINDS[kind]
+        return "".join("D" if is_device_pointer(p) else "H" for p in (src, dst))
+    return _KINDS[kind]
+
+
+def _copy(dst: int, src: int, count: int, kind: object) -> tuple[Callable[[], None], str]:
+    sides = _sides(dst, src, kind)
     return _state().copy_work(dst, src, count, sides), sides
+
+
+def _legacy_copy(work: Callable[[], None], sides: str, what: str) -> None:
+    """Queue a synchronous copy on the legacy stream; wait for it unless device to device."""
+    queued = _state().submit(0, work, what)
+    # API synchronization behavior: a copy from or to host memory returns once done (from
+    # pageable memory: once staged, which reads the host buffer); "For transfers from device
+    # memory to device memory, no host-side synchronization is performed."
+    if sides != "DD":
+        _state().queue.complete(queued, what)
 
 
 @_returns(0)
 def cudaMemcpy(dst: int, src: int, count: int, kind: object) -> None:
     if int(count) == 0:
         return
-    work, sides = _copy(dst, src, count, kind)
-    queued = _state().submit(0, work, "cudaMemcpy")  # the legacy stream
-    # API synchronization behavior: a copy from or to host memory returns once done (from
-    # pageable memory: once staged, which reads the host buffer); "For transfers from device
-    # memory to device memory, no host-side synchronization is performed."
-    if sides != "DD":
-        _state().queue.complete(queued, "cudaMemcpy")
+    _legacy_copy(*_copy(dst, src, count, kind), "cudaMemcpy")
+
+
+@_returns(0)
+def cudaMemcpy2D(
+    dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: object
+) -> None:
+    # cudaMemcpy2D: "`width` must not exceed either `dpitch` or `spitch`"; its documented
+    # returns include cudaErrorInvalidPitchValue, which "indicates that one or more of the
+    # pitch-related parameters passed to the API call is not within the acceptable range for
+    # pitch" (cudaError_t). Synchronizing as cudaMemcpy for the same kind.
+    if int(width) > min(int(dpitch), int(spitch)):
+        raise CudaCallFailed(
+            cudaError_t.cudaErrorInvalidPitchValue,
+            f"cudaMemcpy2D width {width} > dpitch {dpitch} or spitch {spitch}",
+        )
+    if int(width) == 0 or int(height) == 0:
+        return
+    sides = _sides(dst, src, kind)
+    work = _state().copy_work_2d(dst, dpitch, src, spitch, width, height, sides)
+    _legacy_copy(work, sides, "cudaMemcpy2D")
 
 
 @_returns(0)

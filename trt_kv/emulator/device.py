@@ -257,19 +257,35 @@ class Device:
         may run after a free); the host side is read or written when the work runs.
 
         Raises:
-            EmulatorError: a device side outside one live allocation, a host side that is a
-                device pointer or null, or overlapping device ranges.
+            EmulatorError: as :meth:`copy_work_2d`.
         """
-        dst, src, count = int(dst), int(src), int(count)
+        return self.copy_work_2d(dst, count, src, count, count, 1, kind)
+
+    def copy_work_2d(
+        self, dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: str
+    ) -> Checked:
+        """As :meth:`copy_work` for ``height`` rows of ``width`` bytes, row ``r`` from
+        ``src + r * spitch`` to ``dst + r * dpitch`` (callers check ``width <= pitch``).
+        Each side's span, first row start to last row end, must lie in one live allocation
+        (device) or be host memory: every row is then inside it. Counted as one copy of
+        ``width * height`` bytes.
+
+        Raises:
+            EmulatorError: a device span outside one live allocation, a host side that is a
+                device pointer or null, or a device source row overlapping a destination row.
+        """
+        dst, src, width, height = int(dst), int(src), int(width), int(height)
+        dpitch, spitch = int(dpitch), int(spitch)
         src_side, dst_side = kind
+        s_span, d_span = (p * (height - 1) + width for p in (spitch, dpitch))
 
         def addresses() -> tuple[int, int]:
-            s = self._side(src, count, src_side, "source")
-            d = self._side(dst, count, dst_side, "destination")
-            # cudaMemcpy: "The memory areas may not overlap."
-            if kind == "DD" and src < dst + count and dst < src + count:
+            s = self._side(src, s_span, src_side, "source")
+            d = self._side(dst, d_span, dst_side, "destination")
+            # cudaMemcpy, cudaMemcpy2D: "The memory areas may not overlap."
+            if kind == "DD" and _rows_overlap((src, spitch), (dst, dpitch), width, height):
                 raise EmulatorError(
-                    f"device copy [{src:#x}, +{count}) -> [{dst:#x}, +{count}): "
+                    f"device copy [{src:#x}, +{s_span}) -> [{dst:#x}, +{d_span}): "
                     "expected non-overlapping ranges, got an overlap"
                 )
             return d, s
@@ -278,9 +294,10 @@ class Device:
 
         def work() -> None:
             d, s = addresses()
-            transfer(d, s, count, kind)  # a released host buffer: EmulatorError, not a crash
+            for row in range(height):  # a released host buffer: EmulatorError, not a crash
+                transfer(d + row * dpitch, s + row * spitch, width, kind)
 
-        return Checked(addresses, work, (kind, count))
+        return Checked(addresses, work, (kind, width * height))
 
     def host_alloc(self, size: int) -> int:
         """Page-locked host memory (``cudaHostAlloc``): a page-aligned block, kept mapped
@@ -330,6 +347,21 @@ def count_moves(work: object) -> None:
     """Count the bytes ``work`` moves (a copy: :attr:`Checked.moves`) as submitted now."""
     if isinstance(work, Checked) and work.moves is not None:
         record_copy(*work.moves)
+
+
+def _rows_overlap(a: tuple[int, int], b: tuple[int, int], width: int, height: int) -> bool:
+    """Whether a row of ``a`` and a row of ``b`` (``(start, pitch)``, ``height`` rows of
+    ``width`` bytes each) share a byte: rows sorted by start, each compared with the furthest
+    end of the other side's rows before it."""
+    rows = sorted(
+        (p + r * pitch, side) for side, (p, pitch) in enumerate((a, b)) for r in range(height)
+    )
+    furthest = [-1, -1]  # per side: the furthest row end so far
+    for start, side in rows:
+        if furthest[1 - side] > start:
+            return True
+        furthest[side] = max(furthest[side], start + width)
+    return False
 
 
 def _skip() -> None:

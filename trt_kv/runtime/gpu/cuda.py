@@ -192,6 +192,34 @@ class DeviceBuffer:
             )
         )
 
+    def upload_2d(self, host: np.ndarray, offset: int, pitch: int) -> None:
+        """Copy the rows of ``host [R, W]`` (C-contiguous, any dtype) to ``offset``, row
+        ``r`` at ``offset + r * pitch`` bytes: one ``cudaMemcpy2D``, synchronous as
+        :meth:`upload` without a stream (``host`` is read before this returns).
+
+        Raises:
+            ArgumentError: ``host`` not 2-D, or its rows wider than ``pitch`` bytes.
+        """
+        width = host.shape[-1] * host.itemsize if host.ndim == 2 else -1
+        if not 0 <= width <= pitch:
+            raise ArgumentError(
+                mismatch("upload_2d host", f"2-D rows of at most {pitch} bytes", "", host.shape)
+            )
+        if host.size == 0:
+            return
+        host = np.ascontiguousarray(host)  # a temporary made here may be freed on return
+        check(
+            self._rt.cudaMemcpy2D(
+                self.address(offset),
+                pitch,
+                host.ctypes.data,
+                width,
+                width,
+                host.shape[0],
+                self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
+            )
+        )
+
     def upload_from(self, pinned: PinnedBuffer, nbytes: int, stream: int) -> None:
         """Copy the first ``nbytes`` of ``pinned`` here, asynchronously on ``stream``."""
         kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice

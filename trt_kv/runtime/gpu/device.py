@@ -127,10 +127,11 @@ class DeviceCaches(CacheStorage):
         return self.buffers[name].download(host, slot * self.slot_bytes[name])
 
     def write_slot(self, name: str, slot: int, rows: np.ndarray) -> None:
-        # Rows [N, L, H] land in the first L rows of each head: one copy per head.
+        """Rows ``[N, L, H]`` into the first L rows of each head of the slot ``[N, S_max, H]``:
+        one strided ``cudaMemcpy2D`` per cache (N rows of ``L * H`` elements, pitch
+        ``S_max * H``), synchronous: ``rows`` may be freed on return."""
         n, s_max, h = self.slot_shape
         rows = np.ascontiguousarray(rows, dtype=self.dtypes[name])
-        row_bytes = h * rows.itemsize
-        for head in range(n):
-            offset = slot * self.slot_bytes[name] + head * s_max * row_bytes
-            self.buffers[name].upload(rows[head], offset)
+        offset = slot * self.slot_bytes[name]
+        pitch = s_max * h * rows.itemsize
+        self.buffers[name].upload_2d(rows.reshape(n, rows.shape[1] * h), offset, pitch)
