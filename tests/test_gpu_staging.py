@@ -62,3 +62,44 @@ def test_pinned_memory_that_cannot_be_had_is_a_device_memory_error():
 
     with pytest.raises(DeviceMemoryError, match=r"cudaHostAlloc of step inputs: expected host"):
         PinnedBuffer(1 << 62, "step inputs")
+
+
+def test_a_captured_upload_and_download_replay_with_the_pinned_bytes_of_the_launch():
+    """What a replayed decode step rests on: a graph holding the staging upload (pinned ->
+    device) and a download into pinned memory reads and writes the pinned bytes when it is
+    launched, not when it was captured."""
+    from cuda.bindings import runtime as rt
+
+    from trt_kv.runtime.gpu.cuda import PinnedBuffer, check, create_stream, synchronize
+    from trt_kv.runtime.gpu.staging import StepInputs
+
+    stream = create_stream()
+    staging = StepInputs(dict.fromkeys(feed(1, 1, 0), 4 * 8 * 8))
+    out = PinnedBuffer(4096, "outputs")
+    graph = graph_exec = None
+    try:
+        staging.arrange(feed(2, 1, 0))
+        staging.upload(feed(2, 1, 0), stream)  # an ordinary step first
+        synchronize(stream)
+        mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        check(rt.cudaStreamBeginCapture(stream, mode))
+        staging.copy(stream)
+        staging.device.download_to(out, staging.used, stream)  # device -> pinned, captured
+        graph = check(rt.cudaStreamEndCapture(stream))
+        graph_exec = check(rt.cudaGraphInstantiate(graph, 0))
+        for seed in (1, 2, 3):
+            step = feed(2, 1, seed)
+            staging.write(step)  # host memory only
+            check(rt.cudaGraphLaunch(graph_exec, stream))
+            synchronize(stream)
+            landed = out.view(0, np.uint8, (staging.used,)).copy()
+            assert landed.tobytes() == staging.host.view(0, np.uint8, (staging.used,)).tobytes()
+            ids = staging.views["input_ids"]
+            np.testing.assert_array_equal(ids, step["input_ids"])
+    finally:
+        if graph_exec is not None:
+            rt.cudaGraphExecDestroy(graph_exec)
+        if graph is not None:
+            rt.cudaGraphDestroy(graph)
+        out.free()
+        staging.free()
