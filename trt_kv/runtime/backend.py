@@ -87,6 +87,23 @@ def check_open(backend: str, closed: bool) -> None:
         raise ClosedError(mismatch(backend, "an open backend", "", "closed"))
 
 
+def plan_profile(backend: object, plan: StepPlan) -> int:
+    """``check_plan`` of trt_kv's backends: the profile that runs ``plan``
+    (``backend.step_profile``), once ``backend`` is open (``closed``, where it has one) and
+    the step's embeddings pass (``backend.embed``, for a network of embeddings); changes
+    nothing.
+
+    Raises:
+        ClosedError: the backend is closed. ShapeError: no profile holds the step's shapes.
+        As :class:`~trt_kv.runtime.embedding.StepEmbedder`: bad embeddings.
+    """
+    check_open(type(backend).__name__, getattr(backend, "closed", False))
+    profile = backend.step_profile(plan)
+    if backend.embed is not None:
+        backend.embed(plan)
+    return profile
+
+
 def step_feed(
     plan: StepPlan, roles: DecoderRoles, embed: Callable[[StepPlan], np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ from trt_kv.runtime.backend import (
     StepProfiles,
     check_top_k,
     last_token_logits,
+    plan_profile,
     step_feed,
     take_roles,
     top_k_candidates,
@@ -77,12 +78,8 @@ class InterpreterBackend:
         self.step_profile = StepProfiles(net.profiles, roles, self.storage)
 
     def check_plan(self, plan: StepPlan) -> int:
-        """The profile that runs ``plan``. Raises ShapeError: none holds its shapes; as
-        :class:`~trt_kv.runtime.embedding.StepEmbedder`: bad embeddings."""
-        profile = self.step_profile(plan)
-        if self.embed is not None:
-            self.embed(plan)
-        return profile
+        """The profile that runs ``plan``; raises as :func:`plan_profile`, changes nothing."""
+        return plan_profile(self, plan)
 
     def _outputs(self, plan: StepPlan) -> dict[str, np.ndarray]:
         self.profile = self.check_plan(plan)

@@ -24,6 +24,7 @@ from trt_kv.runtime.backend import (
     check_open,
     check_top_k,
     last_token_logits,
+    plan_profile,
     step_feed,
     take_roles,
     top_k_candidates,
@@ -89,15 +90,8 @@ class PolygraphyBackend:
         self.closed = False
 
     def check_plan(self, plan: StepPlan) -> int:
-        """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
-        ShapeError when no profile holds the step's shapes, as
-        :class:`~trt_kv.runtime.embedding.StepEmbedder` for bad embeddings; changes
-        nothing."""
-        check_open("PolygraphyBackend", self.closed)
-        profile = self.step_profile(plan)
-        if self.embed is not None:
-            self.embed(plan)
-        return profile
+        """The profile that runs ``plan``; raises as :func:`plan_profile`, changes nothing."""
+        return plan_profile(self, plan)
 
     def _infer(self, plan: StepPlan) -> dict[str, object]:
         """Run ``plan``; every output as Polygraphy's ``DeviceArray`` (nothing downloaded)."""

@@ -62,6 +62,7 @@ from trt_kv.runtime.backend import (
     check_open,
     check_top_k,
     last_token_logits,
+    plan_profile,
     step_feed,
     step_shapes,
     take_roles,
@@ -290,15 +291,8 @@ class TrtBackend:
         self._graphs[key] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
 
     def check_plan(self, plan: StepPlan) -> int:
-        """The profile that runs ``plan``. Raises ClosedError after :meth:`close`,
-        ShapeError when no profile holds the step's shapes, as
-        :class:`~trt_kv.runtime.embedding.StepEmbedder` for bad embeddings; changes
-        nothing."""
-        check_open("TrtBackend", self.closed)
-        profile = self.step_profile(plan)
-        if self.embed is not None:
-            self.embed(plan)
-        return profile
+        """The profile that runs ``plan``; raises as :func:`plan_profile`, changes nothing."""
+        return plan_profile(self, plan)
 
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
