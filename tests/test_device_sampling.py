@@ -37,8 +37,8 @@ def host():
     [
         (1, lambda: Sampler()),
         (4, lambda: Sampler()),  # greedy among 4 candidates
-        (4, lambda: Sampler(temperature=0.8, top_k=4, seed=3)),
-        (8, lambda: Sampler(temperature=1.5, top_k=8, seed=11)),
+        (4, lambda: Sampler(temperature=0.8, top_k=3, seed=3)),  # k > top_k: ties settle
+        (8, lambda: Sampler(temperature=1.5, top_k=5, seed=11)),
     ],
 )
 def test_generate_on_the_device_path_gives_the_host_paths_ids(host, k, sampler):
@@ -65,8 +65,9 @@ def test_the_candidates_are_the_best_logits_best_first():
 
 def test_a_sampler_the_candidates_cannot_serve_takes_the_logits():
     session = Session(backend(4))
-    assert not device_sampling(session, Sampler(temperature=1.0, top_k=3), 1.0)  # k differs
-    assert not device_sampling(session, Sampler(temperature=1.0, top_k=4, top_p=0.9), 1.0)
+    assert not device_sampling(session, Sampler(temperature=1.0, top_k=4), 1.0)  # k = top_k
+    assert not device_sampling(session, Sampler(temperature=1.0, top_k=5), 1.0)
+    assert not device_sampling(session, Sampler(temperature=1.0, top_k=3, top_p=0.9), 1.0)
     assert not device_sampling(session, Sampler(temperature=1.0), 1.0)  # no top-k
     assert not device_sampling(session, Sampler(), 1.2)  # repetition penalty
     assert device_sampling(session, Sampler(), 1.0)
@@ -172,3 +173,76 @@ def test_run_top_k_of_a_network_without_candidates_is_refused_before_running(hos
         host.run_top_k(session.state.plan(range(2), [[7], [8]]))
     for name, cache in host.storage.window(0, 2).items():
         np.testing.assert_array_equal(cache, before[name])
+
+
+# -- ties at the top_k-th logit (review: the device's k candidates dropped tied tokens) ----
+TIED = np.array([[5.0, 3.0, 3.0, 3.0, 1.0, 0.0, -1.0, -2.0]], np.float32)
+
+
+def _candidates(logits, k):
+    """A network's k best, best first, ties to the lowest id (the interpreter's TopK)."""
+    ids = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    return ids.astype(np.int32), np.take_along_axis(logits, ids, -1)
+
+
+def test_a_tie_that_ends_among_the_candidates_is_drawn_as_on_the_logits():
+    # top_k = 2 keeps every token tied with the 2nd best: ids 0..3 (Hugging Face's rule)
+    for seed in range(40):
+        host = Sampler(temperature=1.0, top_k=2, seed=seed)(TIED)
+        device = Sampler(temperature=1.0, top_k=2, seed=seed).choose(*_candidates(TIED, 5))
+        assert device.tolist() == host.tolist()
+
+
+def test_a_tie_that_reaches_the_last_candidate_is_left_to_the_logits():
+    sampler = Sampler(temperature=1.0, top_k=2, seed=0)
+    assert sampler.choose(*_candidates(TIED, 3)) is None  # ids 1, 2 tie: 3 may tie too
+    assert sampler.choose(*_candidates(TIED, 4)) is None
+    assert Sampler().choose(*_candidates(TIED, 3)).tolist() == [0]  # greedy: settled
+
+
+class _TiedLogits:
+    """A user backend whose every step's logits are TIED (a model with exact ties), with
+    the optional ``run_top_k`` of ``device_top_k`` candidates a network would give."""
+
+    name = "tied"
+    device_top_k = 3
+
+    def __init__(self):
+        from trt_kv.builder.kv_cache import CacheAlias
+        from trt_kv.runtime import HostCaches
+
+        alias = CacheAlias("past", "present", (-1, 1, 16, 2), "float32")
+        self.storage = HostCaches([alias], 2)
+        self.max_step_tokens, self.vocab_size = 4, TIED.shape[1]
+        self.logits_steps = 0
+
+    def run(self, plan):
+        self.logits_steps += 1
+        return np.repeat(TIED, len(plan.counts), axis=0)
+
+    def run_top_k(self, plan):
+        return _candidates(np.repeat(TIED, len(plan.counts), axis=0), self.device_top_k)
+
+
+def test_generate_takes_the_steps_logits_when_a_tie_reaches_past_the_candidates():
+    device, host = _TiedLogits(), _TiedLogits()
+    host.device_top_k = 0  # the logits path only
+    sampler = lambda: Sampler(temperature=1.0, top_k=2, seed=7)  # noqa: E731
+    got = generate(Session(device), [[1, 2], [3]], 6, sampler())
+    want = generate(Session(host), [[1, 2], [3]], 6, sampler())
+    assert got.ids == want.ids
+    assert device.logits_steps == 1 + 5  # the prefill, then every step again for its logits
+
+
+@pytest.mark.parametrize("k, run_top_k", [(3, False), (None, True), (True, True)])
+def test_decode_top_k_of_a_backend_without_candidates_is_a_named_error(k, run_top_k):
+    """``device_top_k`` without ``run_top_k`` was an AttributeError, ``None`` a TypeError."""
+    backend = _TiedLogits()
+    backend.device_top_k = k
+    if not run_top_k:
+        backend.run_top_k = None
+    session = Session(backend)
+    session.prefill([[1, 2]])
+    with pytest.raises(ArgumentError, match="backend: expected one with run_top_k and device"):
+        session.decode_top_k([3])
+    assert session.length(0) == 2

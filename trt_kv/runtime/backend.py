@@ -176,6 +176,14 @@ def check_top_k(roles: DecoderRoles) -> tuple[str, ...]:
     return names
 
 
+def candidates_of(backend: object) -> int:
+    """The ``k`` of a backend's next-token candidates: its ``device_top_k`` where it also
+    has ``run_top_k`` (both optional, see :class:`Backend`), else 0."""
+    k = getattr(backend, "device_top_k", 0)
+    ok = isinstance(k, int) and not isinstance(k, bool) and k >= 1
+    return k if ok and callable(getattr(backend, "run_top_k", None)) else 0
+
+
 def top_k_candidates(outputs: Mapping[str, np.ndarray], roles: DecoderRoles) -> Candidates:
     """A step's candidates from the network's sampling outputs (``roles.device_top_k`` =
     k >= 1): ``(next_token [B] as [B, 1], None)``, or ``(top_ids [B, k], top_logits [B, k])``.

@@ -18,6 +18,7 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, CacheOverflowError, ShapeError, check_int, mismatch
 from trt_kv.progress import bar
+from trt_kv.runtime.backend import candidates_of
 from trt_kv.runtime.penalty import check_repetition_penalty, penalize_repetitions
 from trt_kv.runtime.sampling import Sampler
 from trt_kv.runtime.session import Session
@@ -173,11 +174,16 @@ def _loop(
     steps = 1
     out: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
-    candidates = None
+    candidates = next_ids = None
     while True:
         if candidates is not None:
-            next_ids = sampler.choose(*candidates)
-        else:
+            chosen = sampler.choose(*candidates)
+            if chosen is None:  # a tie the candidates cannot settle: the step again, logits
+                for slot in range(len(prompts)):
+                    session.crop(slot, -1)
+                logits, candidates = session.decode(next_ids), None
+            next_ids = chosen
+        if candidates is None:
             if penalty != 1.0:
                 histories = [[*map(int, p), *o] for p, o in zip(prompts, out)]
                 logits = penalize_repetitions(logits, histories, penalty)
@@ -219,10 +225,8 @@ def device_sampling(session: Session, sampler: Sampler, penalty: float) -> bool:
     the sampler picks among them as it would among the logits (greedy, or top-k with
     ``top_k == k`` and no top-p: :meth:`Sampler.takes_candidates`), no repetition penalty
     (it changes the logits first) and no longrope re-prefill (it needs a step's logits)."""
-    k = getattr(session.backend, "device_top_k", 0) or 0
-    has_run = callable(getattr(session.backend, "run_top_k", None))
     plain = penalty == 1.0 and session.long_rope_after is None
-    return has_run and plain and sampler.takes_candidates(k)
+    return plain and sampler.takes_candidates(candidates_of(session.backend))
 
 
 def _recompute_long_rope(

@@ -77,25 +77,39 @@ class Sampler:
         return np.array([self.rng.choice(p.shape[-1], p=row) for row in p])
 
     def takes_candidates(self, k: int) -> bool:
-        """True when :meth:`choose` among a network's ``k`` best candidates picks what
-        ``self(logits)`` picks: greedy, or top-k with ``top_k == k`` and no top-p."""
-        return k >= 1 and (self.temperature == 0 or (self.top_k == k and self.top_p == 1.0))
+        """True when :meth:`choose` among a network's ``k`` best candidates can pick what
+        ``self(logits)`` picks: greedy (k >= 1), or top-k without top-p with ``top_k < k``
+        (the extra candidates show whether a tie at the top_k-th logit ends among them)."""
+        if k < 1:
+            return False
+        if self.temperature == 0:
+            return True
+        return self.top_k is not None and self.top_k < k and self.top_p == 1.0
 
-    def choose(self, ids: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
+    def choose(self, ids: np.ndarray, logits: np.ndarray | None) -> np.ndarray | None:
         """The next ids ``[B]`` int64 from a step's candidates (:data:`~trt_kv.runtime.
-        backend.Candidates`: ``ids [B, k]``, ``logits [B, k]`` or None for k = 1). They are
-        put in id order first, so a seeded draw among them is the draw :meth:`__call__`
-        makes among the same tokens of the full logits (top-k keeps every token tied with
-        the k-th, as Hugging Face's ``TopKLogitsWarper``; a network's k candidates hold
-        the lowest ids of such a tie). Greedy takes the lowest id of the best logit."""
+        backend.Candidates`: ``ids [B, k]`` and ``logits [B, k]`` best first, or None for
+        k = 1), or None when they cannot settle the step: top-k keeps every token tied with
+        the top_k-th logit (Hugging Face's ``TopKLogitsWarper``), and a tie that reaches the
+        last candidate may go on past it (the caller then takes the step's logits).
+
+        The kept candidates are put in id order, so a seeded draw among them is the draw
+        :meth:`__call__` makes among the same tokens of the full logits. Greedy takes the
+        lowest id among the best candidates."""
         if logits is None:
             return ids[:, 0].astype(np.int64)
-        order = np.argsort(ids, axis=-1, kind="stable")
-        ids = np.take_along_axis(ids, order, -1).astype(np.int64)
-        logits = np.take_along_axis(logits, order, -1)
         if self.temperature == 0:
-            return ids[np.arange(len(ids)), np.argmax(logits, axis=-1)]
-        return np.array([self._draw(i, row) for i, row in zip(ids, logits)])
+            best = logits == logits.max(axis=-1, keepdims=True)
+            return np.where(best, ids, np.iinfo(ids.dtype).max).min(axis=-1).astype(np.int64)
+        kth = logits[:, self.top_k - 1 : self.top_k]  # the top_k-th best of each row
+        kept = logits >= kth
+        if kept[:, -1].any():  # a tie up to the last candidate: more may tie past it
+            return None
+        chosen = []
+        for row_ids, row_logits, row_kept in zip(ids, logits, kept):
+            order = np.argsort(row_ids[row_kept], kind="stable")
+            chosen.append(self._draw(row_ids[row_kept][order], row_logits[row_kept][order]))
+        return np.array(chosen, dtype=np.int64)
 
     def _draw(self, ids: np.ndarray, logits: np.ndarray) -> int:
         """One seeded draw from softmax(``logits [n]`` / T) over ``ids [n]`` (id order)."""

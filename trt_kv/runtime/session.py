@@ -27,7 +27,7 @@ from trt_kv.errors import (
     check_int,
     mismatch,
 )
-from trt_kv.runtime.backend import Backend, Candidates, check_backend
+from trt_kv.runtime.backend import Backend, Candidates, candidates_of, check_backend
 from trt_kv.runtime.cache_state import CacheState, id_array
 from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
@@ -221,10 +221,13 @@ class Session:
             ArgumentError: the backend has no ``run_top_k`` / ``device_top_k`` >= 1.
             As :meth:`decode` otherwise.
         """
-        if getattr(self.backend, "device_top_k", 0) < 1:
+        if not candidates_of(self.backend):  # also: device_top_k None, or no run_top_k
             raise ArgumentError(
                 mismatch(
-                    "backend", "one built with device_top_k >= 1", "", type(self.backend).__name__
+                    "backend",
+                    "one with run_top_k and device_top_k >= 1",
+                    "",
+                    type(self.backend).__name__,
                 )
             )
         (chunk,) = self._plan(_decode_ids(tokens), lo)  # one token each: never chunked
