@@ -102,3 +102,28 @@ def test_polygraphy_keeps_its_cache_views_across_steps(engine):
         assert list(backend._views) == [(0, 2), (1, 1)]
     finally:
         backend.close()
+
+
+def test_a_failed_step_is_never_followed_by_a_replay(engine):
+    """A replay is only right after a step of the same state that ran: a step that failed
+    in between (here binding a batch no profile holds) left the previous key in place, and
+    the next decode, rebound, replayed the graph with no ordinary enqueue first (review)."""
+    from trt_kv.emulator import counting, is_active
+    from trt_kv.errors import ShapeError
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
+
+    if not is_active():
+        pytest.skip("call counts exist on the emulated device only")
+    backend = TrtBackend(engine, capacity=3, cuda_graph="manual")  # engine: max_batch 2
+    try:
+        session = Session(backend)
+        session.prefill([[3, 4, 5]] * 2)
+        for token in (6, 7):  # capture, then a replay
+            session.decode([token] * 2)
+        with pytest.raises(ShapeError):
+            backend.run(session.state.plan(range(3), [[1], [2], [3]]))  # B = 3: no profile
+        with counting() as counts:
+            session.decode([8] * 2)
+        assert counts.trt["execute_async_v3"] == 1 and "cudaGraphLaunch" not in counts.calls
+    finally:
+        backend.close()

@@ -232,17 +232,24 @@ class TrtBackend:
         upload the inputs, enqueue, download; a decode step with trt_kv's own capture is one
         graph launch holding all three."""
         feed = step_feed(plan, self.roles, self.embed)
+        last, self._last_key = self._last_key, None  # set again only when this step succeeds
         state = self._bind(plan, feed)
         buffer, shape, dtype = self._output(output, len(plan.counts))
         if self.graph_mode == "manual" and state[3] == 1:
-            return self._graph_step((state, output), feed, buffer, shape, dtype)
+            return self._graph_step((state, output), last, feed, buffer, shape, dtype)
         self.staging.upload(feed, self.stream)
         self._execute()
         self._last_key = (state, output)
         return buffer.download(np.empty(shape, dtype), stream=self.stream)
 
     def _graph_step(
-        self, key: tuple, feed: dict, buffer: DeviceBuffer, shape: tuple, dtype: type
+        self,
+        key: tuple,
+        last: tuple | None,
+        feed: dict,
+        buffer: DeviceBuffer,
+        shape: tuple,
+        dtype: type,
     ) -> np.ndarray:
         """A decode step with trt_kv's own capture. The same state and output as the step
         before: the inputs are written to pinned memory (no CUDA call), then one
@@ -253,7 +260,7 @@ class TrtBackend:
         executing the enqueue function at least once before starting CUDA graph capture."),
         then the capture of the state, if it has no graph yet."""
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        if key in self._graphs and key == self._last_key:
+        if key in self._graphs and key == last:  # the step before ran this state, and ran
             self._graphs.move_to_end(key)
             self.staging.write(feed)
             check(self._cuda.cudaGraphLaunch(self._graphs[key][1], self.stream))
@@ -281,14 +288,22 @@ class TrtBackend:
             self.staging.copy(self.stream)
             ok = self.context.execute_async_v3(self.stream)
             buffer.download_to(self.outputs_host, nbytes, self.stream)
-        finally:
-            graph = check(rt.cudaStreamEndCapture(self.stream))  # always end the capture
-        if not ok:
-            rt.cudaGraphDestroy(graph)
-            self._call(False, "execute_async_v3 (under stream capture)")
-        if len(self._graphs) >= MAX_GRAPHS:
+        except BaseException:
+            err, graph = rt.cudaStreamEndCapture(self.stream)  # end it; the error is raised
+            if graph is not None and err == rt.cudaError_t.cudaSuccess:
+                rt.cudaGraphDestroy(graph)
+            raise
+        graph = check(rt.cudaStreamEndCapture(self.stream))
+        try:
+            if not ok:
+                self._call(False, "execute_async_v3 (under stream capture)")
+            graph_exec = check(rt.cudaGraphInstantiate(graph, 0))
+        except BaseException:
+            rt.cudaGraphDestroy(graph)  # nothing of a failed capture is kept
+            raise
+        if len(self._graphs) >= MAX_GRAPHS:  # evicted only once the new graph exists
             _destroy_graph(rt, *self._graphs.popitem(last=False)[1])
-        self._graphs[key] = (graph, check(rt.cudaGraphInstantiate(graph, 0)))
+        self._graphs[key] = (graph, graph_exec)
 
     def check_plan(self, plan: StepPlan) -> int:
         """The profile that runs ``plan``; raises as :func:`plan_profile`, changes nothing."""
