@@ -277,7 +277,16 @@ def _role(d, key, value):
         (lambda d: _role(d, "long_rope_after", 0), r"roles.long_rope_after: expected an integer"),
         (lambda d: _role(d, "device_top_k", -1), r"roles.device_top_k: expected an integer"),
         (lambda d: _role(d, "device_top_k", True), r"roles.device_top_k: expected an integer"),
-        (lambda d: _role(d, "device_top_k", 10**9), r"roles.device_top_k: expected <= vocab"),
+        (
+            lambda d: _role(d, "device_top_k", 10**9),
+            r"roles.device_top_k: expected an integer in \[0, 64\], got 1000000000",
+        ),
+        (lambda d: _role(d, "device_top_k", False), r"roles.device_top_k: expected an integer"),
+        (lambda d: _role(d, "device_top_k", 0.0), r"roles.device_top_k: expected an integer"),
+        (
+            lambda d: (_role(d, "device_top_k", 2), _role(d, "all_logits", True)),
+            r"roles.device_top_k: expected 0 with all_logits",
+        ),
         (lambda d: _role(d, "inputs", {"ids": "x"}), r"roles.inputs: expected roles among"),
         (lambda d: _role(d, "inputs", {"token_ids": 3}), r"roles.inputs.token_ids: expected a"),
         (lambda d: d["roles"]["caches"][0].update(layout="BSNH"), r"caches\[0\].layout"),

@@ -278,8 +278,10 @@ def _roles(where: str, value: object) -> DecoderRoles | None:
         _count(f"{where}.embedding_dim", d.get("embedding_dim"))
         _dtype(f"{where}.embedding_dtype", d.get("embedding_dtype"))
     k = d["device_top_k"]  # k of the sampling outputs, 0 (none) to V
-    if k != 0 and _count(f"{where}.device_top_k", k) > d["vocab_size"]:
-        raise _fail(f"{where}.device_top_k", f"<= vocab_size = {d['vocab_size']}", k)
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= d["vocab_size"]:
+        raise _fail(f"{where}.device_top_k", f"an integer in [0, {d['vocab_size']}]", k)
+    if k and d["all_logits"]:
+        raise _fail(f"{where}.device_top_k", "0 with all_logits (logits of every position)", k)
     try:
         return DecoderRoles.from_json({**d, "caches": [vars(c) for c in caches]})
     except ArgumentError as err:
