@@ -180,14 +180,16 @@ def check_before_loading(args: argparse.Namespace) -> None:
 
 
 def take_engine_sizes(args: argparse.Namespace, roles: DecoderRoles) -> None:
-    """With ``--engine``, S_max and the step width are the engine's: ``--max-seq-len`` /
-    ``--max-step-tokens`` take them (prompt and new-token checks then judge against what
-    runs). Raises ArgumentError for an option given with another value."""
+    """With ``--engine``, S_max, the step width and the device candidates are the engine's:
+    ``--max-seq-len`` / ``--max-step-tokens`` / ``--device-top-k`` take them (prompt and
+    new-token checks then judge against what runs). Raises ArgumentError for an option given
+    with another value."""
     from trt_kv import build_defaults
 
     for option, attr, default in (
         ("--max-seq-len", "max_seq_len", build_defaults.MAX_SEQ_LEN),
         ("--max-step-tokens", "max_step_tokens", None),
+        ("--device-top-k", "device_top_k", None),
     ):
         given, built = getattr(args, attr, None), getattr(roles, attr)
         if given not in (default, built):
