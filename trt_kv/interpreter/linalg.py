@@ -207,7 +207,9 @@ def reduce(layer: object, ctx: Context) -> object:
 def top_k(layer: object, ctx: Context) -> object:
     """The ``k`` largest (MAX) or smallest (MIN) values along the one axis of the bitmask,
     best first, and their indices (int32). Ties go to the lowest index, as NumPy's
-    ``argmax`` (TensorRT does not document an order among equal values). Only a static k."""
+    ``argmax`` (TensorRT does not document an order among equal values). Only a static k.
+    A NaN (logits that are already wrong) comes first for k = 1 (``argmax``) and last for
+    k > 1 (``argsort``): TensorRT documents neither."""
     axes = axes_of(layer.axes, rank_of(layer.get_input(0)))
     if len(axes) != 1:
         raise ctx.unsupported(f"top-k axes bitmask {layer.axes} (expected one axis)")
