@@ -223,7 +223,7 @@ def device_sampling(session: Session, sampler: Sampler, penalty: float) -> bool:
     candidates (``Session.decode_top_k``, only ``[B]`` or ``[B, k]`` values downloaded)
     instead of the logits ``[B, V]``: the backend has them (``device_top_k`` = k >= 1),
     the sampler picks among them as it would among the logits (greedy, or top-k with
-    ``top_k == k`` and no top-p: :meth:`Sampler.takes_candidates`), no repetition penalty
+    ``top_k < k`` and no top-p: :meth:`Sampler.takes_candidates`), no repetition penalty
     (it changes the logits first) and no longrope re-prefill (it needs a step's logits)."""
     plain = penalty == 1.0 and session.long_rope_after is None
     return plain and sampler.takes_candidates(candidates_of(session.backend))
