@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from trt_kv.builder.model_caches import layer_caches, model_cache_aliases
+from trt_kv.builder.model_caches import model_cache_aliases
 from trt_kv.errors import check_int
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
+from trt_kv.models.host_reference import HostReference
 from trt_kv.reference.ops import attention, gelu_tanh, kv_cache_update_, linear
-from trt_kv.runtime.backend import last_token_logits
 from trt_kv.runtime.cache_state import StepPlan
-from trt_kv.runtime.storage import HostCaches
 
 Caches = list[tuple[np.ndarray, np.ndarray]]  # per layer (K, V), each [B, N, S_max, H]
 
@@ -87,10 +86,8 @@ def forward(
     return linear(layer_norm(x, w.ln_f, eps), w.wte)
 
 
-class GPT2ReferenceBackend:
+class GPT2ReferenceBackend(HostReference):
     """Runs :func:`forward` in float32 on host caches (a session backend)."""
-
-    name = "reference"
 
     def __init__(
         self,
@@ -101,28 +98,26 @@ class GPT2ReferenceBackend:
         max_seq_len: int,
         max_step_tokens: int | None = None,
     ) -> None:
-        """Raises ArgumentError (``capacity``, ``max_seq_len``, ``max_step_tokens`` not an
-        integer >= 1, a step wider than ``max_seq_len``), ShapeError (``max_seq_len`` past
-        ``n_positions``)."""
-        check_int("capacity", capacity, 1)
+        """Raises as :class:`~trt_kv.models.host_reference.HostReference`, or ShapeError
+        (``max_seq_len`` past ``n_positions``)."""
         check_int("max_seq_len", max_seq_len, 1)
         config.check_max_seq_len(max_seq_len)
-        if max_step_tokens is not None:
-            check_int("max_step_tokens", max_step_tokens, 1, max_seq_len)
-        self.config = config
-        self.weights = weights.astype(np.float32)
         aliases = model_cache_aliases(
             config.n_layer, config.n_head, max_seq_len, config.head_dim, "float32"
         )
-        self.storage = HostCaches(aliases, capacity)
-        self.max_step_tokens = max_step_tokens or max_seq_len
-        self.vocab_size = config.vocab_size
-        self.long_rope_after = None
+        super().__init__(
+            aliases,
+            num_layers=config.n_layer,
+            vocab_size=config.vocab_size,
+            capacity=capacity,
+            max_seq_len=max_seq_len,
+            max_step_tokens=max_step_tokens,
+        )
+        self.config = config
+        self.weights = weights.astype(np.float32)
 
-    def run(self, plan: StepPlan) -> np.ndarray:
-        window = self.storage.window(plan.lo, len(plan.counts))
-        caches = layer_caches(window, self.config.n_layer)
-        logits = forward(
+    def forward(self, plan: StepPlan, caches: list) -> np.ndarray:
+        return forward(
             self.config,
             self.weights,
             plan.input_ids,
@@ -131,4 +126,3 @@ class GPT2ReferenceBackend:
             plan.write_indices,
             plan.kv_lengths,
         )
-        return last_token_logits(logits, plan)
