@@ -132,3 +132,27 @@ def test_a_missing_tensor_is_refused_by_name(hf):
     config = GPT2Config.from_hf(checkpoint.config)
     with pytest.raises(ConfigError, match=r"^tensor h.1.attn.c_attn.weight: expected present"):
         gpt2_weights(tensors, config)
+
+
+@pytest.mark.parametrize(
+    "key, value, got",
+    [
+        ("layer_norm_epsilon", float("nan"), "nan"),  # transformers loads it: NaN logits
+        ("layer_norm_epsilon", -1, "-1"),
+        ("layer_norm_epsilon", -1.0, "-1.0"),
+        ("layer_norm_epsilon", 0.0, "0.0"),
+        ("layer_norm_epsilon", "1e-5", "'1e-5'"),  # transformers refuses the string
+        ("n_inner", 0, "0"),  # transformers builds a zero-width MLP, refuses c_fc's shape
+        ("n_inner", "128", "'128'"),
+    ],
+)
+def test_a_config_value_transformers_does_not_build_is_refused_by_name(hf, key, value, got):
+    config = {**read_hf_folder(hf[1]).config, key: value}
+    kind = "a finite number > 0" if key == "layer_norm_epsilon" else "an integer > 0"
+    with pytest.raises(ConfigError, match=rf"^config.{key}: expected {kind}, got {got}$"):
+        GPT2Config.from_hf(config)
+
+
+def test_n_inner_null_is_four_times_n_embd(hf):
+    config = {**read_hf_folder(hf[1]).config, "n_inner": None}
+    assert GPT2Config.from_hf(config).n_inner == 4 * HF_CONFIG["n_embd"]
