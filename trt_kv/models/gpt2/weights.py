@@ -14,6 +14,7 @@ import numpy as np
 
 from trt_kv.errors import ConfigError, ShapeError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
+from trt_kv.models.tied_head import check_tied_head
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,12 @@ def gpt2_weights(tensors: dict[str, np.ndarray], config: GPT2Config) -> GPT2Weig
     """Weights from ``GPT2LMHeadModel`` names (``transformer.`` prefix optional).
 
     Raises:
-        ConfigError: a tensor missing, naming it.
+        ConfigError: a tensor missing, naming it; a stored ``lm_head.weight`` other than
+            ``wte.weight`` (the head is tied: :mod:`trt_kv.models.tied_head`).
         ShapeError: a tensor of another shape than ``config`` gives, naming it.
     """
     t = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    check_tied_head(t, "wte.weight")
     d, f, v = config.n_embd, config.n_inner, config.vocab_size
 
     def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
