@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite
+from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite, producible_eos
 from trt_kv.checkpoints.gguf_archs import (
     ROPE_TENSORS,
     TOP_TENSORS,
@@ -276,7 +276,11 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         name=path.stem,
         config=config,
         tensors=tensors,
-        eos_token_ids=tuple(dict.fromkeys(e for e in eos if e is not None)),
+        eos_token_ids=producible_eos(
+            tuple(dict.fromkeys(e for e in eos if e is not None)),
+            config.get("vocab_size"),
+            path.name,
+        ),
         source=str(path),
         quantized=quantized,
         tokenizer_loader=partial(_tokenizer, fields, arch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from trt_kv import build_defaults as defaults
 from trt_kv.errors import ConfigError, ShapeError, mismatch
 from trt_kv.models.config_values import positive_int, positive_number
 
@@ -79,6 +80,11 @@ class GPT2Config:
 
     def to_json(self) -> dict:
         return {"model_type": "gpt2", **dataclasses.asdict(self)}
+
+    def default_max_seq_len(self) -> int:
+        """S_max when none is given: the default (:mod:`trt_kv.build_defaults`), or
+        ``n_positions`` when that is smaller (a given S_max past it is refused)."""
+        return min(defaults.MAX_SEQ_LEN, self.n_positions)
 
     def check_max_seq_len(self, max_seq_len: int, option: str = "max_seq_len") -> None:
         """Raise ShapeError naming ``option`` when S_max passes ``n_positions`` (the learned

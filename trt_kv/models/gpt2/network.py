@@ -107,7 +107,7 @@ def build_gpt2_network(
     config: GPT2Config,
     weights: GPT2Weights,
     *,
-    max_seq_len: int = defaults.MAX_SEQ_LEN,
+    max_seq_len: int | None = None,
     max_batch: int = defaults.MAX_BATCH,
     max_step_tokens: int | None = None,
     dtype: str = defaults.DTYPE,
@@ -117,7 +117,8 @@ def build_gpt2_network(
     device_top_k: int = defaults.DEVICE_TOP_K,
 ) -> GPT2Network:
     """The GPT-2 decoder network (keywords as ``build_llama_network``'s; weights are held in
-    the activation dtype only).
+    the activation dtype only; ``max_seq_len`` None: :meth:`GPT2Config.default_max_seq_len`,
+    at most ``n_positions``).
 
     Raises:
         ArgumentError: ``config`` not a GPT2Config; a size not an integer >= 1;
@@ -128,6 +129,8 @@ def build_gpt2_network(
     """
     if not isinstance(config, GPT2Config):
         raise ArgumentError(mismatch("config", "a GPT2Config", "", type(config).__name__))
+    if max_seq_len is None:
+        max_seq_len = config.default_max_seq_len()
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
     check_device_top_k(device_top_k, config.vocab_size, all_logits)
     config.check_max_seq_len(max_seq_len)
