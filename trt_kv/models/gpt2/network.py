@@ -30,7 +30,7 @@ from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.graph import Graph, check_device_top_k
 from trt_kv.models.llama.network import check_step_sizes
-from trt_kv.quantization.storage import check_weight_format
+from trt_kv.quantization.storage import check_held_range, check_weight_format
 
 
 def _linear(g: Graph, x: object, w: np.ndarray, bias: np.ndarray) -> object:
@@ -125,6 +125,8 @@ def build_gpt2_network(
             ``weight_format`` other than None or ``dtype``; ``device_top_k`` as
             ``build_llama_network``'s.
         ShapeError: ``max_seq_len`` past ``n_positions``; ``max_step_tokens > max_seq_len``.
+        ConfigError: a weight past what ``dtype`` holds (1e5 in float16), named
+            (:func:`~trt_kv.quantization.storage.check_held_range`).
         RouteError: a requested route is missing.
     """
     if not isinstance(config, GPT2Config):
@@ -140,6 +142,7 @@ def build_gpt2_network(
                 "weights", f"GPT-2 weights in the activation dtype {dtype!r}", "", weight_format
             )
         )
+    check_held_range(weights.named(), {}, dtype)
     chosen = resolve_routes(routes)
     builder, network = create_network()
     g = Graph(network, dtype)

@@ -37,6 +37,25 @@ class GPT2Layer:
     b_proj: np.ndarray  # [D]
 
 
+# GPT2Layer field -> the GPT2LMHeadModel tensor (in block ``h.{i}``) it is read from
+_SOURCES = {
+    "ln_1": ("ln_1.weight", "ln_1.bias"),
+    "wq": "attn.c_attn.weight",
+    "wk": "attn.c_attn.weight",
+    "wv": "attn.c_attn.weight",
+    "bq": "attn.c_attn.bias",
+    "bk": "attn.c_attn.bias",
+    "bv": "attn.c_attn.bias",
+    "wo": "attn.c_proj.weight",
+    "bo": "attn.c_proj.bias",
+    "ln_2": ("ln_2.weight", "ln_2.bias"),
+    "w_fc": "mlp.c_fc.weight",
+    "b_fc": "mlp.c_fc.bias",
+    "w_proj": "mlp.c_proj.weight",
+    "b_proj": "mlp.c_proj.bias",
+}
+
+
 @dataclass(frozen=True)
 class GPT2Weights:
     wte: np.ndarray  # [V, D], also the head
@@ -50,6 +69,20 @@ class GPT2Weights:
         for layer in self.layers:
             for value in vars(layer).values():
                 out += list(value) if isinstance(value, tuple) else [value]
+        return out
+
+    def named(self) -> list[tuple[str, np.ndarray]]:
+        """``(checkpoint tensor name, array)`` of every array (q, k and v each under their
+        fused ``c_attn``), for messages that name the tensor a value came from."""
+        out = [("wte.weight", self.wte), ("wpe.weight", self.wpe)]
+        out += [("ln_f.weight", self.ln_f[0]), ("ln_f.bias", self.ln_f[1])]
+        for i, layer in enumerate(self.layers):
+            for key, value in vars(layer).items():
+                source = _SOURCES[key]
+                if isinstance(value, tuple):
+                    out += [(f"h.{i}.{n}", v) for n, v in zip(source, value)]
+                else:
+                    out.append((f"h.{i}.{source}", value))
         return out
 
     def astype(self, dtype: np.dtype) -> GPT2Weights:
