@@ -50,6 +50,25 @@ def write_gguf(path: Path, arch: str, metadata: dict, tensors: dict) -> Path:
     return path
 
 
+def patch_tensor_info(path: Path, name: str, qtype=None, offset: int | None = None) -> int:
+    """Rewrite tensor ``name``'s info in the header of the GGUF file at ``path``, in place:
+    its type to ``qtype``, its data offset to ``offset`` (either may stay). The info is GGUF's
+    ``u64 name length, name, u32 n_dims, u64 dims[n_dims], u32 type, u64 offset``. Returns
+    the offset it had."""
+    data = bytearray(path.read_bytes())
+    key = len(name).to_bytes(8, "little") + name.encode()
+    at = data.index(key) + len(key)
+    n_dims = int.from_bytes(data[at : at + 4], "little")
+    at += 4 + 8 * n_dims
+    if qtype is not None:
+        data[at : at + 4] = int(qtype).to_bytes(4, "little")
+    old = int.from_bytes(data[at + 4 : at + 12], "little")
+    if offset is not None:
+        data[at + 4 : at + 12] = offset.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    return old
+
+
 def llama_metadata(hf_config, arch: str = "llama") -> dict:
     """The ``{arch}.*`` keys llama.cpp writes for a transformers ``LlamaConfig``."""
     return {

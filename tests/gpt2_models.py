@@ -14,17 +14,20 @@ HF_CONFIG = dict(
     bos_token_id=1,
     eos_token_id=2,
 )
+# sizes only: every other key at GPT2Config's default (eos_token_id 50256, past this
+# vocabulary; n_inner null), n_positions below the default S_max (512)
+SIZES_ONLY = dict(vocab_size=211, n_positions=48, n_embd=32, n_layer=2, n_head=4)
 PROMPTS = [[5, 17, 42, 8, 99, 3, 61], [61, 3]]  # ragged
 
 
-def save_gpt2(folder: Path, seed: int = 0, **overrides: object) -> object:
-    """``GPT2LMHeadModel`` with seeded random weights saved into ``folder``; returns the model
-    (eval mode)."""
+def save_gpt2(folder: Path, seed: int = 0, base: dict = HF_CONFIG, **overrides: object) -> object:
+    """``GPT2LMHeadModel`` of ``GPT2Config(**base, **overrides)`` with seeded random weights
+    saved into ``folder``; returns the model (eval mode)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(GPT2Config(**{**HF_CONFIG, **overrides})).eval()
+    model = GPT2LMHeadModel(GPT2Config(**{**base, **overrides})).eval()
     model.save_pretrained(folder)
     return model
 

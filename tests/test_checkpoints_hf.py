@@ -139,7 +139,10 @@ def test_tensors_transformers_drops_on_load_are_ignored():
     from trt_kv.models.llama import LlamaConfig
 
     tied = LlamaConfig(**{**TINY.to_json(), "tie_word_embeddings": True})
-    t = _tiny_tensors()  # holds lm_head.weight: transformers ties it to the embedding
+    t = _tiny_tensors()
+    # a stored head equal to the embedding: the same model tied or not (a different one is
+    # refused: tests/test_tied_head.py)
+    t["lm_head.weight"] = t["model.embed_tokens.weight"].copy()
     t["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(1, np.float32)  # old saves
     w = llama_weights(t, tied)
     assert w.lm_head is None

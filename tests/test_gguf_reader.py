@@ -18,7 +18,13 @@ import torch
 import transformers
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
-from gguf_files import llama_cpp_permute, llama_gguf_tensors, llama_metadata, write_gguf
+from gguf_files import (
+    llama_cpp_permute,
+    llama_gguf_tensors,
+    llama_metadata,
+    patch_tensor_info,
+    write_gguf,
+)
 from tiny_models import TINY_GQA, TINY_HF_CONFIG
 from transformers.integrations.gguf.dequant import dequantize as hf_dequantize
 
@@ -337,3 +343,51 @@ def test_malformed_file_is_a_config_error_with_the_cause(tmp_path):
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="missing"):
         read_gguf(tmp_path / "none.gguf")
+
+
+# -- tensor data where llama.cpp wants it: in order, contiguous, sized by type ---------------
+
+Q_ROWS = np.random.default_rng(5).standard_normal((32, 64)).astype(np.float32)
+
+
+def _two_tensor_file(tmp_path, last=None):
+    """blk.0.attn_q (F32 [32, 64], 8192 bytes), blk.1.attn_q, and ``last`` when given."""
+    tensors = {"blk.0.attn_q.weight": Q_ROWS, "blk.1.attn_q.weight": Q_ROWS + 1}
+    if last is not None:
+        tensors["token_embd.weight"] = last
+    return write_gguf(tmp_path / "m.gguf", "llama", {}, tensors)
+
+
+def test_a_type_in_the_header_other_than_the_data_written_is_refused_naming_the_tensor(
+    tmp_path,
+):
+    path = _two_tensor_file(tmp_path)
+    patch_tensor_info(path, "blk.0.attn_q.weight", qtype=Q.Q8_0)  # F32 bytes, read as Q8_0
+    expected = (
+        r"^m\.gguf: tensor blk\.1\.attn_q\.weight: expected data at offset 2176 \(after "
+        r"blk\.0\.attn_q\.weight's 2176 bytes of Q8_0 \[64, 32\], padded to 32\), got 8192$"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        read_gguf(path)
+
+
+def test_two_tensors_at_the_same_data_offset_are_refused_naming_the_second(tmp_path):
+    path = _two_tensor_file(tmp_path)
+    first = patch_tensor_info(path, "blk.0.attn_q.weight")
+    assert patch_tensor_info(path, "blk.1.attn_q.weight", offset=first) == 8192
+    expected = r"^m\.gguf: tensor blk\.1\.attn_q\.weight: expected data at offset 8192 .*got 0$"
+    with pytest.raises(ConfigError, match=expected):
+        read_gguf(path)
+
+
+def test_a_last_tensor_typed_smaller_than_its_data_is_refused_by_the_file_size(tmp_path):
+    path = _two_tensor_file(tmp_path, last=Q_ROWS[:8])  # F32 [8, 64]: 2048 bytes, last
+    patch_tensor_info(path, "token_embd.weight", qtype=Q.Q8_0)  # read as 544 bytes
+    size = path.stat().st_size
+    expected = (
+        rf"^m\.gguf: size: expected {size - 2048 + 544} bytes \(the last tensor, "
+        rf"token_embd\.weight, ends at {size - 2048 + 544}; only its padding to 32 after "
+        rf"it\), got {size} bytes$"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        read_gguf(path)

@@ -5,7 +5,7 @@ the reference, and S_max past n_positions refused by name."""
 import numpy as np
 import pytest
 import torch
-from gpt2_models import HF_CONFIG, PROMPTS, hf_greedy, save_gpt2
+from gpt2_models import HF_CONFIG, PROMPTS, SIZES_ONLY, hf_greedy, save_gpt2
 
 from trt_kv.builder import Routes
 from trt_kv.checkpoints.hf import read_hf_folder
@@ -132,3 +132,54 @@ def test_a_missing_tensor_is_refused_by_name(hf):
     config = GPT2Config.from_hf(checkpoint.config)
     with pytest.raises(ConfigError, match=r"^tensor h.1.attn.c_attn.weight: expected present"):
         gpt2_weights(tensors, config)
+
+
+@pytest.mark.parametrize(
+    "key, value, got",
+    [
+        ("layer_norm_epsilon", float("nan"), "nan"),  # transformers loads it: NaN logits
+        ("layer_norm_epsilon", -1, "-1"),
+        ("layer_norm_epsilon", -1.0, "-1.0"),
+        ("layer_norm_epsilon", 0.0, "0.0"),
+        ("layer_norm_epsilon", "1e-5", "'1e-5'"),  # transformers refuses the string
+        ("n_inner", 0, "0"),  # transformers builds a zero-width MLP, refuses c_fc's shape
+        ("n_inner", "128", "'128'"),
+    ],
+)
+def test_a_config_value_transformers_does_not_build_is_refused_by_name(hf, key, value, got):
+    config = {**read_hf_folder(hf[1]).config, key: value}
+    kind = "a finite number > 0" if key == "layer_norm_epsilon" else "an integer > 0"
+    with pytest.raises(ConfigError, match=rf"^config.{key}: expected {kind}, got {got}$"):
+        GPT2Config.from_hf(config)
+
+
+def test_n_inner_null_is_four_times_n_embd(hf):
+    config = {**read_hf_folder(hf[1]).config, "n_inner": None}
+    assert GPT2Config.from_hf(config).n_inner == 4 * HF_CONFIG["n_embd"]
+
+
+@pytest.fixture(scope="module")
+def as_saved(tmp_path_factory):
+    """Sizes only (n_positions 48, eos_token_id GPT2Config's 50256 past V = 211)."""
+    folder = tmp_path_factory.mktemp("gpt2_as_saved")
+    return save_gpt2(folder, base=SIZES_ONLY, initializer_range=0.3), folder
+
+
+def test_a_folder_as_saved_builds_and_generates_through_the_api(as_saved, capsys):
+    hf_model, folder = as_saved
+    model = load_model(folder, progress=False)
+    assert model.checkpoint.eos_token_ids == ()  # 50256 dropped, said once on stderr
+    assert capsys.readouterr().err.count("eos_token_id 50256 outside the vocabulary") == 1
+    net = build_gpt2_network(model.config, model.weights, max_batch=2)  # no max_seq_len
+    assert net.roles.max_seq_len == SIZES_ONLY["n_positions"]
+    session = Session(InterpreterBackend(net))
+    got = generate(session, PROMPTS, 6, eos_ids=model.checkpoint.eos_token_ids).ids
+    assert got == [hf_greedy(hf_model, p, 6) for p in PROMPTS]
+
+
+def test_build_model_engine_without_max_seq_len_takes_n_positions(as_saved, tmp_path):
+    from trt_kv.jobs import build_model_engine
+
+    model = load_model(as_saved[1], progress=False)
+    built = build_model_engine("g", model.config, model.weights, out_dir=tmp_path, max_batch=1)
+    assert built.meta.roles.max_seq_len == SIZES_ONLY["n_positions"]

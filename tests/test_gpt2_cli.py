@@ -5,7 +5,7 @@ import json
 
 import pytest
 from cli_user import run_cli
-from gpt2_models import PROMPTS, hf_greedy, save_gpt2, save_tokenizer
+from gpt2_models import PROMPTS, SIZES_ONLY, hf_greedy, save_gpt2, save_tokenizer
 
 SIZES = ("--max-seq-len", "32", "--max-step-tokens", "8", "--dtype", "float32")
 IDS = ";".join(",".join(map(str, p)) for p in PROMPTS)
@@ -127,3 +127,43 @@ def test_text_prompts_without_a_tokenizer_are_refused(folder):
         check=False,
     )
     assert out.returncode == 2 and "pass token ids (--prompt-ids)" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def as_saved(tmp_path_factory):
+    """A GPT-2 of sizes only, as ``save_pretrained`` writes it: n_positions 48 (below the
+    default S_max 512), eos_token_id 50256 (GPT2Config's default, past the vocabulary 211)."""
+    folder = tmp_path_factory.mktemp("gpt2_as_saved")
+    return folder, save_gpt2(folder, base=SIZES_ONLY, initializer_range=0.3)
+
+
+EOS_NOTE = (
+    "trt_kv: note: {folder}: eos_token_id 50256 outside the vocabulary [0, 211): the model "
+    "can never generate it, so it is not an end id here"
+)
+
+
+def test_a_folder_as_save_pretrained_writes_it_generates_with_one_line_about_its_eos(as_saved):
+    """Was refused twice: S_max 512 past n_positions 48, then eos_ids 50256 past V = 211."""
+    path, hf_model = as_saved
+    out = on_interpreter(path, "--prompt-ids", IDS, "--max-new-tokens", "6", "--json")
+    assert json.loads(out.stdout)["ids"] == [hf_greedy(hf_model, p, 6) for p in PROMPTS]
+    notes = [line for line in out.stderr.splitlines() if "eos_token_id" in line]
+    assert notes == [EOS_NOTE.format(folder=path)]
+
+
+def test_a_folder_as_saved_builds_an_engine_of_s_max_n_positions(as_saved, tmp_path):
+    path, _ = as_saved
+    run_cli("build", "--model", path, "--out", tmp_path, "--max-batch", "1", "--dtype", "float32")
+    assert [p.name.split("-")[-4:] for p in tmp_path.glob(f"{path.name}-*.engine")] == [
+        ["float32", "s48", "b1", "t48.engine"]
+    ]
+
+
+def test_an_s_max_given_past_n_positions_stays_refused_by_name(as_saved):
+    out = on_interpreter(as_saved[0], "--max-seq-len", "512", check=False)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == (
+        "trt-kv: error: --max-seq-len: expected <= n_positions = 48 (GPT-2's position table),"
+        " got 512"
+    )

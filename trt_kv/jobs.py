@@ -314,7 +314,9 @@ def build_model_engine(
     by the emulated TensorRT runtime.
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
-    ``max_batch``, ``max_step_tokens``, ``compute_capability``, ...); an unknown one or a
+    ``max_batch``, ``max_step_tokens``, ``compute_capability``, ...; ``max_seq_len`` left
+    out: the architecture's default for ``config``, e.g. GPT-2's ``n_positions`` when that is
+    below :data:`trt_kv.build_defaults.MAX_SEQ_LEN`); an unknown one or a
     target the installed TensorRT cannot build for is an ArgumentError, raised (as every
     argument check) before anything is built. ``weights_sha256``: :func:`weights_digest`
     of ``weights`` when the caller has it already (computed here otherwise).
@@ -324,6 +326,8 @@ def build_model_engine(
     if unknown:
         raise ArgumentError(mismatch("options", "BuildOptions fields", known, unknown))
     arch = architecture_of(config)
+    if "max_seq_len" not in options:  # GPT-2: at most its position table
+        options["max_seq_len"] = arch.default_max_seq_len(config)
     opts = BuildOptions(**options)
     targets = opts.targets()
     digest = weights_sha256 or weights_digest(weights)

@@ -76,6 +76,26 @@ def eos_ids(value: object, what: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def producible_eos(ids: tuple[int, ...], vocab_size: object, source: str) -> tuple[int, ...]:
+    """``ids`` less those the vocabulary cannot produce (``>= vocab_size``: no logits row,
+    so never generated and never an end), each dropped one said in one line on stderr (a
+    ``save_pretrained`` GPT-2 of a small vocabulary keeps ``GPT2Config``'s default 50256).
+    A ``vocab_size`` that is not an integer > 0 drops nothing (the config refuses it)."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        return ids
+    dropped = [i for i in ids if i >= vocab_size]
+    if dropped:
+        import sys
+
+        print(
+            f"trt_kv: note: {source}: eos_token_id {', '.join(map(str, dropped))} outside the "
+            f"vocabulary [0, {vocab_size}): the model can never generate it, so it is not an "
+            "end id here",
+            file=sys.stderr,
+        )
+    return tuple(i for i in ids if i < vocab_size)
+
+
 _BLOCK = 1 << 22  # elements checked at a time: a bounded temporary, warm in cache
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite
+from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite, producible_eos
 from trt_kv.checkpoints.gguf_archs import (
     ROPE_TENSORS,
     TOP_TENSORS,
@@ -89,6 +89,54 @@ def _open(path: Path) -> object:
         raise ConfigError(
             mismatch(str(path), "a GGUF file", "", f"{type(err).__name__}: {err}")
         ) from err
+
+
+def check_data_layout(reader: object, path: Path) -> None:
+    """llama.cpp's rule for where tensor data lies (``gguf_init_from_file_impl``): in the
+    order of the tensor infos, each tensor's data starts where the previous one's ends,
+    padded to ``general.alignment`` (the first at 0, the start of the data section), and
+    is as long as its type and element count say (``n / block * block bytes``); the last
+    one ends within the file, which holds nothing after it but its padding. A type that
+    does not match the bytes written (Q8_0 in the header over F32 data) or two tensors
+    pointed at the same bytes break the chain.
+
+    Raises:
+        ConfigError: naming the file, the tensor, the expected and the actual offset (and
+            the tensor before it with its type and size), or the file's expected and actual
+            size.
+    """
+    align, start = int(reader.alignment), int(reader.data_offset)
+    expected, before = 0, "the start of the data section"
+    for t in reader.tensors:
+        offset = int(t.data_offset) - start
+        if offset != expected:
+            raise ConfigError(
+                mismatch(
+                    f"{path.name}: tensor {t.name}",
+                    "data at offset",
+                    f"{expected} ({before})",
+                    offset,
+                )
+            )
+        size = int(t.n_bytes)
+        expected += -(-size // align) * align
+        before = (
+            f"after {t.name}'s {size} bytes of {t.tensor_type.name} "
+            f"{[int(d) for d in t.shape]}, padded to {align}"
+        )
+    if not reader.tensors:
+        return
+    end, padded, actual = start + offset + size, start + expected, len(reader.data)
+    if not end <= actual <= padded:
+        raise ConfigError(
+            mismatch(
+                f"{path.name}: size",
+                f"{end if end == padded else f'{end} to {padded}'} bytes (the last tensor, "
+                f"{t.name}, ends at {end}; only its padding to {align} after it)",
+                "",
+                f"{actual} bytes",
+            )
+        )
 
 
 def _tensor_name(name: str, arch: GgufArchitecture) -> str | None:
@@ -167,13 +215,15 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
     progress bar counts the tensors dequantized (see :mod:`trt_kv.progress`).
 
     Raises:
-        ConfigError: a missing or malformed file, an architecture not in ``ARCHITECTURES``
+        ConfigError: a missing or malformed file (tensor data out of llama.cpp's order or
+            size: :func:`check_data_layout`), an architecture not in ``ARCHITECTURES``
             (:mod:`.gguf_archs`, which also refuses metadata it does not build),
             a tensor name or type not known, missing metadata, a tensor holding NaN or
             infinities once dequantized to ``dtype`` (:func:`~.checkpoint.check_finite`).
     """
     path = Path(path)
     reader = _open(path)
+    check_data_layout(reader, path)
     fields = _Fields(reader, path)
     arch_name = fields.require("general.architecture")
     arch = architecture(arch_name, path.name)
@@ -226,7 +276,11 @@ def read_gguf(path: str | Path, dtype: str | np.dtype = np.float32) -> Checkpoin
         name=path.stem,
         config=config,
         tensors=tensors,
-        eos_token_ids=tuple(dict.fromkeys(e for e in eos if e is not None)),
+        eos_token_ids=producible_eos(
+            tuple(dict.fromkeys(e for e in eos if e is not None)),
+            config.get("vocab_size"),
+            path.name,
+        ),
         source=str(path),
         quantized=quantized,
         tokenizer_loader=partial(_tokenizer, fields, arch)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite, eos_ids
+from trt_kv.checkpoints.checkpoint import Checkpoint, check_finite, eos_ids, producible_eos
 from trt_kv.checkpoints.tokenizer import TextTokenizer
 from trt_kv.errors import ConfigError, mismatch
 
@@ -103,7 +103,8 @@ def read_generation_eos(folder: Path, config: dict) -> tuple[int, ...]:
 
 
 def read_hf_folder(folder: str | Path) -> Checkpoint:
-    """Read a Hugging Face folder into a checkpoint (arrays as stored, no dtype change).
+    """Read a Hugging Face folder into a checkpoint (arrays as stored, no dtype change; EOS
+    ids past ``vocab_size`` dropped, said on stderr: :func:`~.checkpoint.producible_eos`).
 
     Raises:
         ConfigError: the folder, ``config.json`` or a shard missing; malformed JSON or
@@ -119,7 +120,9 @@ def read_hf_folder(folder: str | Path) -> Checkpoint:
         name=folder.resolve().name,
         config=config,
         tensors=tensors,
-        eos_token_ids=read_generation_eos(folder, config),
+        eos_token_ids=producible_eos(
+            read_generation_eos(folder, config), config.get("vocab_size"), str(folder)
+        ),
         source=str(folder),
         tokenizer_loader=partial(TextTokenizer.from_folder, folder) if has_tokenizer else None,
     )

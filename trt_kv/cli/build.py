@@ -34,13 +34,12 @@ def print_built(out: Path, rows: list, file: TextIO | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trt_kv.examples import load_model
     from trt_kv.jobs import build_doc_example
 
     check_model(args)
     model_rows = []
     if not args.no_model:  # first: a bad checkpoint, route or build leaves --out untouched
-        m = load_model(args.model, progress=not args.quiet)
+        m = common.load_cli_model(args)
         model_rows = [common.model_engine(args, m.name, m.config, m.weights, args.max_batch)]
     print_built(args.out, [build_doc_example(args.out), *model_rows])
     return 0

@@ -35,10 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from trt_kv.examples import load_model
-
     backends.check_before_loading(args)
-    model = load_model(args.model, progress=not args.quiet)
+    model = common.load_cli_model(args)
     tokenizer = model.checkpoint.tokenizer()  # ConfigError without tokenizer.json
     opening = [{"role": "system", "content": args.system}] if args.system else []
     tokenizer.encode_chat([*opening, {"role": "user", "content": "?"}])  # a chat template?

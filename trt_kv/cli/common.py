@@ -13,11 +13,18 @@ from trt_kv.cli.checks import integer, routes
 from trt_kv.engines_dir import ENGINES_DIR
 
 if TYPE_CHECKING:
+    from trt_kv.examples import Model
     from trt_kv.jobs import BuildOptions, BuiltFile
 
 DTYPES = ("float16", "bfloat16", "float32")
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
 WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
+
+
+class DefaultSize(int):
+    """An option's value when the command line leaves it out: the int it is, marked so that
+    :func:`load_cli_model` may replace it with the model's own default (GPT-2's S_max is at
+    most its ``n_positions``) where a value given stays as given."""
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
@@ -29,7 +36,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "GPT-2) or a .gguf file",
         "dtype": f"weights and activations (default: {DEFAULT_DTYPE}; the reference backend "
         "computes in float32 only)",
-        "max_seq_len": "S_max of every cache",
+        "max_seq_len": "S_max of every cache (default: %(default)s, or a GPT-2's n_positions "
+        "when smaller)",
         "max_batch": "most sequences per step",
         "max_step_tokens": "most prompt tokens per step; longer prompts are prefilled in "
         f"chunks (default: min({defaults.MAX_STEP_TOKENS}, --max-seq-len))",
@@ -54,7 +62,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     p.add_argument(
         "--max-seq-len",
         type=integer(1, 2**31 - 1),
-        default=defaults.MAX_SEQ_LEN,
+        default=DefaultSize(defaults.MAX_SEQ_LEN),
         help=text["max_seq_len"],
     )
     p.add_argument(
@@ -70,6 +78,24 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     p.add_argument("--out", type=Path, default=ENGINES_DIR, help=text["out"])
     p.add_argument("--routes", type=routes, default=None, help=text["routes"])
     p.add_argument("--compute-capability", default=None, help=text["compute_capability"])
+
+
+def load_cli_model(args: argparse.Namespace) -> Model:
+    """``load_model(args.model)`` (progress bars unless ``--quiet``), then ``--max-seq-len``
+    left out becomes the model's default S_max (the architecture's ``default_max_seq_len``:
+    GPT-2's ``n_positions`` when below the default); a value given stays, and is judged
+    against the model as before.
+
+    Raises:
+        ConfigError, ShapeError, DTypeError: as :func:`trt_kv.examples.load_model`.
+    """
+    from trt_kv.examples import load_model
+    from trt_kv.models.architectures import architecture_of
+
+    model = load_model(args.model, progress=not args.quiet)
+    if isinstance(getattr(args, "max_seq_len", None), DefaultSize):
+        args.max_seq_len = architecture_of(model.config).default_max_seq_len(model.config)
+    return model
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:

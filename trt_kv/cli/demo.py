@@ -42,7 +42,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from trt_kv.errors import ConfigError
-    from trt_kv.examples import load_model
     from trt_kv.jobs import doc_example_engine
     from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
@@ -54,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
     generate.check_prompt_options(args)  # refuse bad prompts before building anything
     if args.prompt is None and args.prompt_ids is not None:
         generate.check_fit(args, prompt_ids(args.prompt_ids), "--prompt-ids")
-    model = load_model(args.model, progress=not args.quiet)
+    model = common.load_cli_model(args)
     args.max_new_tokens = args.max_new_tokens or DEMO_MAX_NEW_TOKENS
     try:
         has_text = args.prompt_ids is None and model.checkpoint.tokenizer() is not None

@@ -286,8 +286,6 @@ def _engine_only(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from trt_kv.examples import load_model
-
     check_before_loading(args)
     if args.model is None and args.engine is not None:
         return _engine_only(args)
@@ -296,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
     check_prompt_options(args)
     if args.prompt is None:  # ids: their lengths are known before loading
         check_fit(args, prompt_ids(_ids_text(args)), "--prompt-ids")
-    model = load_model(args.model, progress=not args.quiet)
+    model = common.load_cli_model(args)
     prompts, tokenizer = prompts_of(args, model)
     check_fit(args, prompts, "--prompt" if args.prompt is not None else "--prompt-ids")
     with opened_backend(args, model.name, model.config, model.weights, len(prompts)) as backend:

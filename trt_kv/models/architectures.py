@@ -4,7 +4,8 @@ family, whose own table refuses what it does not build).
 
 Each row gives the steps a model goes through, as functions: config from ``config.json``,
 weights from Hugging Face tensors, the network (a contract network:
-:mod:`trt_kv.builder.contract`), the reference backend (its oracle) and the S_max check.
+:mod:`trt_kv.builder.contract`), the reference backend (its oracle), the S_max check and
+the S_max taken when none is given.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trt_kv import build_defaults as defaults
 from trt_kv.errors import ArgumentError, mismatch
 
 
@@ -30,6 +32,7 @@ class Architecture:
     build_network: Callable[..., object]  # (config, weights, **BuildOptions) -> network
     reference_backend: Callable[..., object]  # (config, weights, capacity=, max_seq_len=, ...)
     check_max_seq_len: Callable[[object, int, str], None]  # (config, S_max, option name)
+    default_max_seq_len: Callable[[object], int]  # config -> S_max when none is given
     weight_arrays: Callable[[object], list[np.ndarray]]  # every array, in a fixed order
 
 
@@ -51,6 +54,7 @@ def _llama() -> Architecture:
         build_llama_network,
         ReferenceBackend,
         check_table_memory,
+        lambda config: defaults.MAX_SEQ_LEN,
         arrays,
     )
 
@@ -78,6 +82,7 @@ def _gpt2() -> Architecture:
         build_gpt2_network,
         GPT2ReferenceBackend,
         GPT2Config.check_max_seq_len,
+        GPT2Config.default_max_seq_len,
         lambda w: w.arrays(),
     )
 

@@ -90,6 +90,20 @@ class QuantizedMatrix:
         return self.codes.size * self.bits // 8 + scale_bytes
 
 
+def block_extremes(q: QuantizedMatrix) -> float:
+    """The largest ``|w|`` of ``q``'s dequantized weights (float32; inf when a scale or a
+    minimum is not finite), from each block's smallest and largest code: ``w`` is linear
+    in the code, so its extremes lie there. One pass over the codes."""
+    n, k = q.shape
+    blocks = q.codes.reshape(n, k // q.block, q.block)
+    ends = [blocks.min(axis=2), blocks.max(axis=2)]  # [N, K / block] each
+    d = q.scales.astype(np.float32)
+    m = np.float32(0) if q.mins is None else q.mins.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = max(float(np.abs(d * (c + np.float32(q.zero)) + m).max(initial=0.0)) for c in ends)
+    return top if np.isfinite(top) else float("inf")
+
+
 def quantize_symmetric(w: np.ndarray, bits: int, source: str = "") -> QuantizedMatrix:
     """Symmetric per-block quantization of float ``w [N, K]`` (lossy): per block of
     :data:`BLOCK`, ``d = max|w| / (2^(bits-1) - 1)`` rounded to float16 and
@@ -103,12 +117,15 @@ def quantize_symmetric(w: np.ndarray, bits: int, source: str = "") -> QuantizedM
         raise ArgumentError(mismatch("bits", "one of", sorted(_RANGE), bits))
     w32 = _blocks(w)
     top = np.float32(_RANGE[bits][1])
-    d = (np.abs(w32).max(axis=2) / top).astype(np.float16).astype(np.float32)
-    safe = np.where(d == 0, np.float32(1), d)[..., None]
-    codes = np.clip(np.rint(w32 / safe), -top, top).astype(np.int8)
-    n, k = w.shape
-    q = QuantizedMatrix(codes.reshape(n, k), d, bits, source=source or f"int{bits}")
-    return _with_error(q, w)
+    # a scale past float16 becomes inf (refused when a network would hold it:
+    # trt_kv.quantization.storage.check_held_range), not a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = (np.abs(w32).max(axis=2) / top).astype(np.float16).astype(np.float32)
+        safe = np.where(d == 0, np.float32(1), d)[..., None]
+        codes = np.clip(np.rint(w32 / safe), -top, top).astype(np.int8)
+        n, k = w.shape
+        q = QuantizedMatrix(codes.reshape(n, k), d, bits, source=source or f"int{bits}")
+        return _with_error(q, w)
 
 
 def quantize_asymmetric4(w: np.ndarray, source: str) -> QuantizedMatrix:
@@ -121,13 +138,14 @@ def quantize_asymmetric4(w: np.ndarray, source: str) -> QuantizedMatrix:
         ShapeError: ``w`` not 2-D or K not a multiple of the block.
     """
     w32 = _blocks(w)
-    lo = w32.min(axis=2).astype(np.float16).astype(np.float32)
-    d = ((w32.max(axis=2) - lo) / np.float32(15)).astype(np.float16).astype(np.float32)
-    safe = np.where(d == 0, np.float32(1), d)[..., None]
-    q = np.clip(np.rint((w32 - lo[..., None]) / safe), 0, 15).astype(np.int8)
-    n, k = w.shape
-    codes = (q - 8).reshape(n, k)
-    return _with_error(QuantizedMatrix(codes, d, 4, mins=lo, zero=8, source=source), w)
+    with np.errstate(over="ignore", invalid="ignore"):  # as quantize_symmetric's
+        lo = w32.min(axis=2).astype(np.float16).astype(np.float32)
+        d = ((w32.max(axis=2) - lo) / np.float32(15)).astype(np.float16).astype(np.float32)
+        safe = np.where(d == 0, np.float32(1), d)[..., None]
+        q = np.clip(np.rint((w32 - lo[..., None]) / safe), 0, 15).astype(np.int8)
+        n, k = w.shape
+        codes = (q - 8).reshape(n, k)
+        return _with_error(QuantizedMatrix(codes, d, 4, mins=lo, zero=8, source=source), w)
 
 
 def _blocks(w: np.ndarray) -> np.ndarray:

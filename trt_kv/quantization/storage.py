@@ -1,14 +1,16 @@
-"""The ``weight_format`` build option, and the record of how an engine holds each weight
-(the sidecar's ``weights``, shown by ``trt-kv inspect``)."""
+"""The ``weight_format`` build option, the range check of what a network holds, and the
+record of how an engine holds each weight (the sidecar's ``weights``, shown by
+``trt-kv inspect``)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from trt_kv.errors import ArgumentError, mismatch
-from trt_kv.quantization.blocks import QuantizedMatrix
+from trt_kv.errors import ArgumentError, ConfigError, mismatch
+from trt_kv.quantization.blocks import QuantizedMatrix, block_extremes
 
 # What ``weight_format`` may be besides the activation dtype: INT8 / INT4 quantized at build
 # time (symmetric per 32, lossy), or each matrix as the checkpoint stores it.
@@ -28,6 +30,67 @@ def check_weight_format(weight_format: str | None, dtype: str) -> str | None:
         expected = f"the activation dtype {dtype!r} or one of {WEIGHT_FORMATS}"
         raise ArgumentError(mismatch("weights", expected, "", repr(weight_format)))
     return weight_format
+
+
+def largest_finite(dtype: str | np.dtype) -> float:
+    """The largest value a float dtype (a name or a NumPy dtype) holds: float16 65504,
+    bfloat16 ~3.39e38."""
+    import ml_dtypes
+
+    from trt_kv import dtypes
+
+    return float(ml_dtypes.finfo(dtypes.to_numpy(dtype) if isinstance(dtype, str) else dtype).max)
+
+
+def check_held_range(
+    named: Iterable[tuple[str, np.ndarray]], quantized: Mapping[str, QuantizedMatrix], dtype: str
+) -> None:
+    """Refuse, before a network is built, a finite weight that overflows where the network
+    holds it: a float array cast to ``dtype`` (1e5 in float16), or a quantized matrix
+    (``quantized[name]``, in place of its float values) whose scales, block offsets or
+    dequantized weights (``IDequantizeLayer``'s output, in ``dtype``) pass ``dtype``'s
+    largest value, or whose float16 block scale overflowed when it was quantized at build
+    time (int8 of 1e7): each would run as inf or NaN and give ids ``[0, 0, ...]``.
+
+    A float array whose own dtype holds no larger value than ``dtype`` (float16 into
+    float16, anything into float32 but float64) is not read: the check costs one pass over
+    the arrays that narrow (and over the codes of quantized matrices).
+
+    Args:
+        named: ``(checkpoint name, float array)`` of every weight the network holds.
+        quantized: checkpoint name -> the matrix held quantized instead.
+        dtype: the network's activation dtype.
+
+    Raises:
+        ConfigError: naming the tensor, the largest value ``dtype`` holds and the largest
+            magnitude the tensor would hold.
+    """
+    limit = largest_finite(dtype)
+    for name, array in named:
+        q = quantized.get(name)
+        if q is not None:
+            scale = float(np.abs(q.scales).max(initial=0.0))
+            mins = 0.0 if q.mins is None else float(np.abs(q.mins).max(initial=0.0))
+            # a bound from the scales alone (codes in [-2^(bits-1), 2^(bits-1))), else the
+            # exact largest weight from the codes (a pass over them)
+            largest = scale * (2 ** (q.bits - 1) + abs(q.zero)) + mins
+            if not largest <= limit:
+                largest = max(block_extremes(q), scale)
+            held = f" as {q.kind} (from {q.source})"
+            if not np.isfinite(largest):
+                source = float(np.abs(array).max(initial=0.0))
+                got = f"a block scale past float16's range (float |w| up to {source:.4g})"
+            else:
+                got = f"|w| up to {largest:.4g}"
+        elif array.dtype.kind == "f" and largest_finite(array.dtype) > limit:
+            largest = max(float(array.max(initial=0.0)), -float(array.min(initial=0.0)))
+            held, got = "", f"|w| up to {largest:.4g}"
+        else:
+            continue
+        if not largest <= limit:
+            raise ConfigError(
+                mismatch(name, f"values {dtype} holds (|w| <= {limit:.6g}){held}", "", got)
+            )
 
 
 def weight_storage(

@@ -30,7 +30,7 @@ from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.graph import Graph, check_device_top_k
 from trt_kv.models.llama.network import check_step_sizes
-from trt_kv.quantization.storage import check_weight_format
+from trt_kv.quantization.storage import check_held_range, check_weight_format
 
 
 def _linear(g: Graph, x: object, w: np.ndarray, bias: np.ndarray) -> object:
@@ -107,7 +107,7 @@ def build_gpt2_network(
     config: GPT2Config,
     weights: GPT2Weights,
     *,
-    max_seq_len: int = defaults.MAX_SEQ_LEN,
+    max_seq_len: int | None = None,
     max_batch: int = defaults.MAX_BATCH,
     max_step_tokens: int | None = None,
     dtype: str = defaults.DTYPE,
@@ -117,17 +117,22 @@ def build_gpt2_network(
     device_top_k: int = defaults.DEVICE_TOP_K,
 ) -> GPT2Network:
     """The GPT-2 decoder network (keywords as ``build_llama_network``'s; weights are held in
-    the activation dtype only).
+    the activation dtype only; ``max_seq_len`` None: :meth:`GPT2Config.default_max_seq_len`,
+    at most ``n_positions``).
 
     Raises:
         ArgumentError: ``config`` not a GPT2Config; a size not an integer >= 1;
             ``weight_format`` other than None or ``dtype``; ``device_top_k`` as
             ``build_llama_network``'s.
         ShapeError: ``max_seq_len`` past ``n_positions``; ``max_step_tokens > max_seq_len``.
+        ConfigError: a weight past what ``dtype`` holds (1e5 in float16), named
+            (:func:`~trt_kv.quantization.storage.check_held_range`).
         RouteError: a requested route is missing.
     """
     if not isinstance(config, GPT2Config):
         raise ArgumentError(mismatch("config", "a GPT2Config", "", type(config).__name__))
+    if max_seq_len is None:
+        max_seq_len = config.default_max_seq_len()
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
     check_device_top_k(device_top_k, config.vocab_size, all_logits)
     config.check_max_seq_len(max_seq_len)
@@ -137,6 +142,7 @@ def build_gpt2_network(
                 "weights", f"GPT-2 weights in the activation dtype {dtype!r}", "", weight_format
             )
         )
+    check_held_range(weights.named(), {}, dtype)
     chosen = resolve_routes(routes)
     builder, network = create_network()
     g = Graph(network, dtype)

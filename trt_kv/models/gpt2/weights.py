@@ -14,6 +14,7 @@ import numpy as np
 
 from trt_kv.errors import ConfigError, ShapeError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
+from trt_kv.models.tied_head import check_tied_head
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,25 @@ class GPT2Layer:
     b_proj: np.ndarray  # [D]
 
 
+# GPT2Layer field -> the GPT2LMHeadModel tensor (in block ``h.{i}``) it is read from
+_SOURCES = {
+    "ln_1": ("ln_1.weight", "ln_1.bias"),
+    "wq": "attn.c_attn.weight",
+    "wk": "attn.c_attn.weight",
+    "wv": "attn.c_attn.weight",
+    "bq": "attn.c_attn.bias",
+    "bk": "attn.c_attn.bias",
+    "bv": "attn.c_attn.bias",
+    "wo": "attn.c_proj.weight",
+    "bo": "attn.c_proj.bias",
+    "ln_2": ("ln_2.weight", "ln_2.bias"),
+    "w_fc": "mlp.c_fc.weight",
+    "b_fc": "mlp.c_fc.bias",
+    "w_proj": "mlp.c_proj.weight",
+    "b_proj": "mlp.c_proj.bias",
+}
+
+
 @dataclass(frozen=True)
 class GPT2Weights:
     wte: np.ndarray  # [V, D], also the head
@@ -49,6 +69,20 @@ class GPT2Weights:
         for layer in self.layers:
             for value in vars(layer).values():
                 out += list(value) if isinstance(value, tuple) else [value]
+        return out
+
+    def named(self) -> list[tuple[str, np.ndarray]]:
+        """``(checkpoint tensor name, array)`` of every array (q, k and v each under their
+        fused ``c_attn``), for messages that name the tensor a value came from."""
+        out = [("wte.weight", self.wte), ("wpe.weight", self.wpe)]
+        out += [("ln_f.weight", self.ln_f[0]), ("ln_f.bias", self.ln_f[1])]
+        for i, layer in enumerate(self.layers):
+            for key, value in vars(layer).items():
+                source = _SOURCES[key]
+                if isinstance(value, tuple):
+                    out += [(f"h.{i}.{n}", v) for n, v in zip(source, value)]
+                else:
+                    out.append((f"h.{i}.{source}", value))
         return out
 
     def astype(self, dtype: np.dtype) -> GPT2Weights:
@@ -67,10 +101,12 @@ def gpt2_weights(tensors: dict[str, np.ndarray], config: GPT2Config) -> GPT2Weig
     """Weights from ``GPT2LMHeadModel`` names (``transformer.`` prefix optional).
 
     Raises:
-        ConfigError: a tensor missing, naming it.
+        ConfigError: a tensor missing, naming it; a stored ``lm_head.weight`` other than
+            ``wte.weight`` (the head is tied: :mod:`trt_kv.models.tied_head`).
         ShapeError: a tensor of another shape than ``config`` gives, naming it.
     """
     t = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    check_tied_head(t, "wte.weight")
     d, f, v = config.n_embd, config.n_inner, config.vocab_size
 
     def get(name: str, shape: tuple[int, ...]) -> np.ndarray:

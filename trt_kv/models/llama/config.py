@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from trt_kv.errors import ArgumentError, ConfigError, mismatch
+from trt_kv.models.config_values import positive_int, positive_number
 from trt_kv.models.family import SLIDING, family_of, family_switches
 from trt_kv.models.llama.config_keys import ACCEPTED, IMPLEMENTED, REFUSED_UNLESS, REQUIRED, SIZES
 
@@ -72,17 +73,6 @@ class LongRope:
     attention_factor: float
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(mismatch(name, "an integer > 0", "", repr(value)))
-
-
-def _positive_number(name: str, value: object) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise ConfigError(mismatch(name, "a finite number > 0", "", repr(value)))
-
-
 @dataclass(frozen=True)
 class LlamaConfig:
     """Shape and switches of a decoder (every family: see :mod:`trt_kv.models.family`).
@@ -132,9 +122,9 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         for name in SIZES:
-            _positive_int(name, getattr(self, name))
-        _positive_number("rms_norm_eps", self.rms_norm_eps)
-        _positive_number("rope_theta", self.rope_theta)
+            positive_int(name, getattr(self, name))
+        positive_number("rms_norm_eps", self.rms_norm_eps)
+        positive_number("rope_theta", self.rope_theta)
         if not isinstance(self.tie_word_embeddings, bool):
             raise ConfigError(
                 mismatch("tie_word_embeddings", "true or false", "", repr(self.tie_word_embeddings))
@@ -207,7 +197,7 @@ class LlamaConfig:
                 mismatch("config.json", "the keys", list(REQUIRED), f"missing {missing}")
             )
         for key in ("num_hidden_layers", "num_attention_heads", "hidden_size"):
-            _positive_int(key, d[key])
+            positive_int(key, d[key])
         switches = family_switches(d, d["num_hidden_layers"])
         theta, scaling, partial = _rope(d)
         model_type = switches["model_type"]
@@ -346,9 +336,9 @@ def _rope(d: dict) -> tuple[float, RopeScaling | LongRope | None, float]:
     if not isinstance(rope, dict):
         raise ConfigError(mismatch(f"config.{key}", "an object or null", "", json.dumps(rope)))
     theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-    _positive_number(f"config.{key}.rope_theta", theta)
+    positive_number(f"config.{key}.rope_theta", theta)
     partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
-    _positive_number(f"config.{key}.partial_rotary_factor", partial)
+    positive_number(f"config.{key}.partial_rotary_factor", partial)
     kind = rope.get("rope_type", rope.get("type", "default"))
     kinds = ("default", "llama3", "longrope")
     if kind not in kinds or (kind == "longrope" and d.get("model_type") != "phi3"):
@@ -372,7 +362,7 @@ def _rope(d: dict) -> tuple[float, RopeScaling | LongRope | None, float]:
             )
         )
     for k in _LLAMA3_FIELDS:
-        _positive_number(f"config.{key}.{k}", rope[k])
+        positive_number(f"config.{key}.{k}", rope[k])
     scaling = RopeScaling(
         float(rope["factor"]),
         float(rope["low_freq_factor"]),

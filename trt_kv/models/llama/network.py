@@ -68,7 +68,7 @@ from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
 from trt_kv.quantization import QuantizedMatrix
 from trt_kv.quantization.network import QuantizedWeight
-from trt_kv.quantization.storage import check_weight_format, weight_storage
+from trt_kv.quantization.storage import check_held_range, check_weight_format, weight_storage
 
 INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
 KV_LENGTHS, LOGITS = "key_value_lengths", "logits"
@@ -236,7 +236,9 @@ def build_llama_network(
             ``device_top_k`` not in ``[0, min(V, 3840)]`` or >= 1 with ``all_logits``.
         ShapeError: ``max_step_tokens > max_seq_len``.
         ConfigError, ShapeError, DTypeError: ``weights`` that do not fit ``config``
-            (:func:`~trt_kv.models.llama.weights.check_weights`).
+            (:func:`~trt_kv.models.llama.weights.check_weights`); ConfigError: a weight
+            past what ``dtype`` holds, as a float or as its quantized form
+            (:func:`~trt_kv.quantization.storage.check_held_range`).
         RouteError: a requested route is missing, or a part has none (with the reasons).
     """
     if not isinstance(config, LlamaConfig):
@@ -249,6 +251,8 @@ def build_llama_network(
     weight_format = check_weight_format(weight_format, dtype)
     check_weights(weights, config)
     quantized = quantized_matrices(weights, weight_format)
+    tensors = to_hf_tensors(weights)
+    check_held_range(tensors.items(), quantized, dtype)
     chosen = resolve_routes(routes)
     cfg = config
     builder, network = create_network()
@@ -310,5 +314,5 @@ def build_llama_network(
         g.keep,
         decoder_roles(network, profiles, long_rope_after=long_rope_after(cfg, max_seq_len)),
         weight_format,
-        weight_storage(to_hf_tensors(weights), quantized, weight_format, dtype),
+        weight_storage(tensors, quantized, weight_format, dtype),
     )

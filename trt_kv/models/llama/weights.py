@@ -22,6 +22,7 @@ from trt_kv.errors import (
     mismatch,
 )
 from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.models.tied_head import check_tied_head
 from trt_kv.progress import track
 from trt_kv.quantization import QuantizedMatrix, quantize_symmetric
 
@@ -203,10 +204,14 @@ def llama_weights(
 
     Raises:
         ConfigError: a tensor missing, or one the model has no place for (extra layers,
-            biases the config does not switch on). ShapeError: a tensor of the wrong shape.
+            biases the config does not switch on); a tied config with a stored
+            ``lm_head.weight`` other than the embedding (:mod:`trt_kv.models.tied_head`).
+            ShapeError: a tensor of the wrong shape.
             DTypeError: a non-float tensor.
     """
     tensors = split_fused(tensors, config)
+    if config.tie_word_embeddings:
+        check_tied_head(tensors, "model.embed_tokens.weight")
     shapes = expected_shapes(config)
     missing = sorted(set(shapes) - set(tensors))
     if missing:
