@@ -9,8 +9,7 @@ from tiny_models import TINY_GQA
 from trt_kv.builder import build_engine
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.interpreter import compile_network
-from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.reference import llama as reference
+from trt_kv.models.llama import build_llama_network, random_weights, reference
 
 CONFIG = TINY_GQA
 S_MAX = 16

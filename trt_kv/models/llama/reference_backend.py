@@ -8,9 +8,9 @@ from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import model_cache_aliases
 from trt_kv.models.host_reference import HostReference
 from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.models.llama.reference import forward
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.weights import LlamaWeights, check_weights
-from trt_kv.reference.llama import forward
 from trt_kv.runtime.cache_state import StepPlan
 
 
