@@ -50,9 +50,9 @@ from trt_kv.builder.contract import (
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
-from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.layers.graph import Graph, check_device_top_k
 from trt_kv.models.llama.config import LlamaConfig
-from trt_kv.models.llama.graph import Graph, check_device_top_k
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
@@ -226,7 +226,7 @@ def build_llama_network(
             :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
             norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
         device_top_k: 0 (the default): logits only; k >= 1: the network also picks the
-            next token's k best candidates (:meth:`~trt_kv.models.llama.graph.Graph.logits`).
+            next token's k best candidates (:meth:`~trt_kv.models.layers.graph.Graph.logits`).
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
