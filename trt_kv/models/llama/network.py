@@ -49,9 +49,10 @@ from trt_kv.builder.contract import (
 )
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
-from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
+from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.layers.graph import Graph, check_device_top_k
+from trt_kv.models.layers.network import check_step_sizes
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
@@ -172,27 +173,6 @@ class LlamaNetwork:
             "routes": self.routes.to_json(),
             "weights": self.weight_storage,
         }
-
-
-def check_step_sizes(max_seq_len: int, max_batch: int, max_step_tokens: int | None) -> int:
-    """``max_step_tokens`` (None: :func:`trt_kv.build_defaults.default_step_tokens`) once
-    the sizes of a decoder network are checked.
-
-    Raises:
-        ArgumentError: a size not an integer >= 1; ``max_seq_len`` past 2^31 - 1 (int32
-            write indices and lengths).
-        ShapeError: ``max_step_tokens > max_seq_len``.
-    """
-    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)
-    check_int("max_batch", max_batch, 1)
-    if max_step_tokens is None:
-        max_step_tokens = defaults.default_step_tokens(max_seq_len)
-    check_int("max_step_tokens", max_step_tokens, 1)
-    if max_step_tokens > max_seq_len:
-        raise ShapeError(
-            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
-        )
-    return max_step_tokens
 
 
 def build_llama_network(
