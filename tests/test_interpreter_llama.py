@@ -1,5 +1,5 @@
 """Interpreter on trt_kv's own Llama network: the built network, executed layer by layer,
-agrees with the NumPy reference model (trt_kv.reference.llama) on prefill and decode."""
+agrees with the NumPy reference model (trt_kv.models.llama.reference) on prefill and decode."""
 
 from __future__ import annotations
 

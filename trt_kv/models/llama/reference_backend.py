@@ -22,7 +22,7 @@ def llama_cache_aliases(config: LlamaConfig, max_seq_len: int, dtype: str) -> li
 
 
 class ReferenceBackend(HostReference):
-    """Runs :func:`trt_kv.reference.llama.forward` in float32 on host caches."""
+    """Runs :func:`trt_kv.models.llama.reference.forward` in float32 on host caches."""
 
     def __init__(
         self,
