@@ -42,6 +42,45 @@ def test_text_shows_tensors_with_profiles_aliases_recipe_and_checksum(engine):
     assert "layers: not shown, needs a GPU to deserialize the engine" in out
 
 
+def test_text_names_the_model_and_the_sizes_its_architecture_shows(engine):
+    out = run_cli("inspect", engine).stdout
+    assert (
+        "\nmodel        llama num_hidden_layers=2 hidden_size=32 num_attention_heads=4 "
+        "num_key_value_heads=2\n"
+    ) in out
+
+
+def test_the_model_line_shows_the_keys_of_the_recipes_architecture_or_of_every_one():
+    from trt_kv.models.architectures import describe_recipe
+
+    gpt2 = {"model_type": "gpt2", "vocab_size": 101, "n_positions": 40, "n_embd": 60}
+    gpt2 |= {"n_layer": 2, "n_head": 5, "n_inner": 97, "layer_norm_epsilon": 1e-5}
+    assert describe_recipe("gpt2", gpt2) == [
+        ("model_type", "gpt2"),
+        ("n_layer", "2"),
+        ("n_embd", "60"),
+        ("n_head", "5"),
+        ("n_positions", "40"),
+    ]
+    mixed = {**gpt2, "num_hidden_layers": 2, "hidden_size": 32}  # an edited sidecar
+    assert describe_recipe("llama", mixed) == [
+        ("model_type", "gpt2"),
+        ("num_hidden_layers", "2"),
+        ("hidden_size", "32"),
+    ]
+    # a model not in the table (or none): every architecture's keys, each once
+    for model in ("?", None, ["llama"]):
+        assert [key for key, _ in describe_recipe(model, mixed)] == [
+            "model_type",
+            "num_hidden_layers",
+            "hidden_size",
+            "n_layer",
+            "n_embd",
+            "n_head",
+            "n_positions",
+        ]
+
+
 def test_cache_memory_per_slot_per_token_and_for_a_batch(engine):
     # 2 layers x (K, V) = 4 caches of [N_kv=2, S_max=32, H=8] float16 (2 bytes):
     per_slot = 4 * 2 * 32 * 8 * 2  # 4096 bytes

@@ -8,8 +8,8 @@ from trt_kv.builder import create_network
 from trt_kv.errors import ArgumentError, ConfigError, ShapeError
 from trt_kv.interpreter import execute
 from trt_kv.models.family import FAMILIES
+from trt_kv.models.layers.graph import Graph
 from trt_kv.models.llama import LlamaConfig, rope_tables
-from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.rope import long_rope_after, rope_row_ids, rope_rows
 from trt_kv.models.llama.rope_layers import add_rope
 from trt_kv.models.llama.weights import split_fused

@@ -17,8 +17,8 @@ from family_cases import CASES, PROMPTS, WINDOWS, saved_family
 from hf_models import greedy_ids
 
 from trt_kv.models.llama import LlamaConfig
+from trt_kv.models.llama.reference import empty_caches, forward
 from trt_kv.models.llama.reference_backend import ReferenceBackend
-from trt_kv.reference.llama import empty_caches, forward
 from trt_kv.runtime import Session, generate
 
 RTOL_OF_SCALE = 1e-4

@@ -1,5 +1,5 @@
 """Interpreter on trt_kv's own Llama network: the built network, executed layer by layer,
-agrees with the NumPy reference model (trt_kv.reference.llama) on prefill and decode."""
+agrees with the NumPy reference model (trt_kv.models.llama.reference) on prefill and decode."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from tiny_models import TINY_GQA
 from trt_kv.builder import build_engine
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.interpreter import compile_network
-from trt_kv.models.llama import build_llama_network, random_weights
-from trt_kv.reference import llama as reference
+from trt_kv.models.llama import build_llama_network, random_weights, reference
 
 CONFIG = TINY_GQA
 S_MAX = 16

@@ -25,11 +25,11 @@ from trt_kv.engine_file import sidecar_path
 from trt_kv.errors import ArgumentError, ShapeError
 from trt_kv.interpreter import compile_network
 from trt_kv.jobs import build_model_engine
+from trt_kv.models.layers.graph import Graph
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.llama.reference import empty_caches, forward
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.models.llama.rope_layers import add_rope, table_bytes
-from trt_kv.reference.llama import empty_caches, forward
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.host_memory import available_host_bytes
 from trt_kv.runtime.interpreter_backend import InterpreterBackend

@@ -17,8 +17,8 @@ import torch
 import transformers
 
 from trt_kv.models.llama import LlamaConfig, load_hf_weights
+from trt_kv.models.llama.reference import empty_caches, forward
 from trt_kv.models.llama.reference_backend import ReferenceBackend
-from trt_kv.reference.llama import empty_caches, forward
 from trt_kv.runtime import Session, generate
 
 RTOL_OF_SCALE = 1e-4

@@ -25,8 +25,8 @@ from trt_kv.errors import ArgumentError, DTypeError, ShapeError
 from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights
 from trt_kv.models.llama.network import ROPE_LENGTHS
+from trt_kv.models.llama.reference import empty_caches, forward
 from trt_kv.models.llama.reference_backend import ReferenceBackend
-from trt_kv.reference.llama import empty_caches, forward
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 

@@ -14,7 +14,7 @@ from trt_kv.cli.inspect import weights_line
 from trt_kv.errors import ArgumentError
 from trt_kv.interpreter import compile_network
 from trt_kv.jobs import BuildOptions
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.layers.graph import Graph
 from trt_kv.quantization import QuantizedMatrix, quantize_asymmetric4, quantize_symmetric
 from trt_kv.quantization.blocks import pack_int4, unpack_int4
 from trt_kv.quantization.network import block_offsets, quantized_linear

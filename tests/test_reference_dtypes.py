@@ -16,9 +16,9 @@ import numpy as np
 from tiny_models import TINY_GQA
 
 from trt_kv.models.llama import random_weights
+from trt_kv.models.llama.reference import empty_caches, forward
 from trt_kv.models.llama.weights import LayerWeights, LlamaWeights
 from trt_kv.reference import attention
-from trt_kv.reference.llama import empty_caches, forward
 
 
 class Traced(np.ndarray):

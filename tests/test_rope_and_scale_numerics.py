@@ -18,9 +18,9 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from trt_kv._trt import trt
 from trt_kv.builder import create_network
 from trt_kv.interpreter import execute
+from trt_kv.models.layers.attention import scale_queries
+from trt_kv.models.layers.graph import Graph
 from trt_kv.models.llama import LlamaConfig, RopeScaling, rope_tables
-from trt_kv.models.llama.attention import scale_queries
-from trt_kv.models.llama.graph import Graph
 
 FIRST, LAST = 4000, 4128  # positions compared
 LLAMA3 = RopeScaling(

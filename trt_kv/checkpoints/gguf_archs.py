@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trt_kv.errors import ConfigError, mismatch
-from trt_kv.models.family import family_of
 
 # "{arch}.<key>" -> config.json key, the same for every architecture here.
 METADATA = {
@@ -97,12 +96,15 @@ class GgufArchitecture:
     partial_rotary: bool = False  # rope.dimension_count < head size is partial rotary
     defaults: Mapping[str, object] = field(default_factory=dict)  # keys the file never states
     space_pieces: bool = False  # vocabulary pieces of only spaces stored with real spaces
+    # attention projections whose biases the model always has, with no ``attention_bias``
+    # key in config.json (Qwen2's q/k/v): bias tensors beyond these set ``attention_bias``
+    implied_biases: frozenset[str] = frozenset()
 
 
 ARCHITECTURES: dict[str, GgufArchitecture] = {
     "llama": GgufArchitecture("llama", permuted=True, window_model_type="mistral"),
     "mistral3": GgufArchitecture("mistral", permuted=True, window_model_type="mistral"),
-    "qwen2": GgufArchitecture("qwen2"),
+    "qwen2": GgufArchitecture("qwen2", implied_biases=frozenset({"q_proj", "k_proj", "v_proj"})),
     "qwen3": GgufArchitecture(
         "qwen3",
         block_tensors={
@@ -302,9 +304,8 @@ def hf_config(
         rope_params["partial_rotary_factor"] = partial
     config["rope_parameters"] = rope_params
     config["tie_word_embeddings"] = "lm_head.weight" not in hf_names
-    implied = {"q_proj", "k_proj", "v_proj"} if family_of(config["model_type"]).qkv_bias else set()
     biased = {n.split(".")[-2] for n in hf_names if ".self_attn." in n and n.endswith(".bias")}
-    if biased - implied:
+    if biased - arch.implied_biases:
         config["attention_bias"] = True  # the family check refuses it where not built
     if any(".mlp." in n and n.endswith(".bias") for n in hf_names):
         config["mlp_bias"] = True

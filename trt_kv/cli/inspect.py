@@ -257,19 +257,11 @@ def format_report(r: dict) -> str:
         lines.append("weights      " + weights_line(weights))
     config = r["recipe"].get("config")
     if config:
-        keys = (
-            "model_type",
-            "num_hidden_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "n_layer",
-            "n_embd",
-            "n_head",
-            "n_positions",
-        )
-        brief = " ".join(f"{k}={config[k]}" for k in keys if k in config)
-        lines.append(f"model        {r['recipe'].get('model', '?')} {brief}")
+        from trt_kv.models.architectures import describe_recipe
+
+        model = r["recipe"].get("model", "?")
+        brief = " ".join(f"{k}={v}" for k, v in describe_recipe(model, config))
+        lines.append(f"model        {model} {brief}")
     lines += _role_lines(r["roles"])
     mem = r["cache_memory"]
     if mem:

@@ -5,12 +5,13 @@ family, whose own table refuses what it does not build).
 Each row gives the steps a model goes through, as functions: config from ``config.json``,
 weights from Hugging Face tensors, the network (a contract network:
 :mod:`trt_kv.builder.contract`), the reference backend (its oracle), the S_max check and
-the S_max taken when none is given.
+the S_max taken when none is given; and the config keys ``trt-kv inspect`` shows of an
+engine's recipe (:func:`describe_recipe`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,12 @@ class Architecture:
     check_max_seq_len: Callable[[object, int, str], None]  # (config, S_max, option name)
     default_max_seq_len: Callable[[object], int]  # config -> S_max when none is given
     weight_arrays: Callable[[object], list[np.ndarray]]  # every array, in a fixed order
+    shown: tuple[str, ...]  # the config JSON keys ``trt-kv inspect`` shows, in order
+
+    def describe(self, config: Mapping[str, object]) -> list[tuple[str, str]]:
+        """The ``(key, value)`` rows ``trt-kv inspect`` prints of a sidecar's recipe
+        ``config`` (its JSON as written: shown, not checked): the :attr:`shown` keys it has."""
+        return _rows(self.shown, config)
 
 
 def _llama() -> Architecture:
@@ -56,6 +63,13 @@ def _llama() -> Architecture:
         check_table_memory,
         lambda config: defaults.MAX_SEQ_LEN,
         arrays,
+        (
+            "model_type",
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+        ),
     )
 
 
@@ -84,6 +98,7 @@ def _gpt2() -> Architecture:
         GPT2Config.check_max_seq_len,
         GPT2Config.default_max_seq_len,
         lambda w: w.arrays(),
+        ("model_type", "n_layer", "n_embd", "n_head", "n_positions"),
     )
 
 
@@ -95,6 +110,21 @@ def architecture_named(name: str) -> Architecture:
     if name not in _ARCHITECTURES:
         raise ArgumentError(mismatch("architecture", "one of", sorted(_ARCHITECTURES), repr(name)))
     return _ARCHITECTURES[name]()
+
+
+def describe_recipe(model: object, config: Mapping[str, object]) -> list[tuple[str, str]]:
+    """The ``(key, value)`` rows ``trt-kv inspect`` prints of a sidecar's recipe ``config``:
+    those of the ``model`` its recipe names (:meth:`Architecture.describe`), or, for a model
+    not in the table (a sidecar written elsewhere, or edited), every architecture's keys
+    ``config`` has, each once, in table order."""
+    if isinstance(model, str) and model in _ARCHITECTURES:
+        return architecture_named(model).describe(config)
+    keys = (key for name in _ARCHITECTURES for key in architecture_named(name).shown)
+    return _rows(tuple(dict.fromkeys(keys)), config)
+
+
+def _rows(keys: tuple[str, ...], config: Mapping[str, object]) -> list[tuple[str, str]]:
+    return [(key, str(config[key])) for key in keys if key in config]
 
 
 def architecture_of_hf(config: dict) -> Architecture:

@@ -1,4 +1,5 @@
-"""NumPy reference implementations: every op, and the whole Llama model."""
+"""NumPy reference implementations of every op (each model's NumPy forward lives with the
+model: :mod:`trt_kv.models.llama.reference`, :mod:`trt_kv.models.gpt2.reference`)."""
 
 from trt_kv.reference.ops import (
     apply_rope,

@@ -27,9 +27,9 @@ from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
-from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
-from trt_kv.models.llama.graph import Graph, check_device_top_k
-from trt_kv.models.llama.network import check_step_sizes
+from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.layers.graph import Graph, check_device_top_k
+from trt_kv.models.layers.network import check_step_sizes
 from trt_kv.quantization.storage import check_held_range, check_weight_format
 
 

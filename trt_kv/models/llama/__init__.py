@@ -1,4 +1,5 @@
-"""Llama-family decoder: config, weights, network builder (reference model: trt_kv.reference)."""
+"""Llama-family decoder: config, weights, network builder, NumPy reference forward
+(:mod:`~trt_kv.models.llama.reference`) and its backend (``reference_backend``)."""
 
 from trt_kv.models.llama.config import LlamaConfig, RopeScaling
 from trt_kv.models.llama.network import LlamaNetwork, build_llama_network

@@ -49,10 +49,11 @@ from trt_kv.builder.contract import (
 )
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
-from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
-from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.errors import ArgumentError, mismatch
+from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.layers.graph import Graph, check_device_top_k
+from trt_kv.models.layers.network import check_step_sizes
 from trt_kv.models.llama.config import LlamaConfig
-from trt_kv.models.llama.graph import Graph, check_device_top_k
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
@@ -174,27 +175,6 @@ class LlamaNetwork:
         }
 
 
-def check_step_sizes(max_seq_len: int, max_batch: int, max_step_tokens: int | None) -> int:
-    """``max_step_tokens`` (None: :func:`trt_kv.build_defaults.default_step_tokens`) once
-    the sizes of a decoder network are checked.
-
-    Raises:
-        ArgumentError: a size not an integer >= 1; ``max_seq_len`` past 2^31 - 1 (int32
-            write indices and lengths).
-        ShapeError: ``max_step_tokens > max_seq_len``.
-    """
-    check_int("max_seq_len", max_seq_len, 1, 2**31 - 1)
-    check_int("max_batch", max_batch, 1)
-    if max_step_tokens is None:
-        max_step_tokens = defaults.default_step_tokens(max_seq_len)
-    check_int("max_step_tokens", max_step_tokens, 1)
-    if max_step_tokens > max_seq_len:
-        raise ShapeError(
-            mismatch("max_step_tokens", f"<= max_seq_len = {max_seq_len}", "", max_step_tokens)
-        )
-    return max_step_tokens
-
-
 def build_llama_network(
     config: LlamaConfig,
     weights: LlamaWeights,
@@ -226,7 +206,7 @@ def build_llama_network(
             :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
             norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
         device_top_k: 0 (the default): logits only; k >= 1: the network also picks the
-            next token's k best candidates (:meth:`~trt_kv.models.llama.graph.Graph.logits`).
+            next token's k best candidates (:meth:`~trt_kv.models.layers.graph.Graph.logits`).
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.layers.graph import Graph
 
 # gated MLP activation -> TensorRT activation (SiLU is x * sigmoid(x), built from SIGMOID)
 _ACTIVATIONS = {"gelu_tanh": trt.ActivationType.GELU_TANH}

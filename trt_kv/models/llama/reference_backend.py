@@ -8,9 +8,9 @@ from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import model_cache_aliases
 from trt_kv.models.host_reference import HostReference
 from trt_kv.models.llama.config import LlamaConfig
+from trt_kv.models.llama.reference import forward
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.weights import LlamaWeights, check_weights
-from trt_kv.reference.llama import forward
 from trt_kv.runtime.cache_state import StepPlan
 
 
@@ -22,7 +22,7 @@ def llama_cache_aliases(config: LlamaConfig, max_seq_len: int, dtype: str) -> li
 
 
 class ReferenceBackend(HostReference):
-    """Runs :func:`trt_kv.reference.llama.forward` in float32 on host caches."""
+    """Runs :func:`trt_kv.models.llama.reference.forward` in float32 on host caches."""
 
     def __init__(
         self,

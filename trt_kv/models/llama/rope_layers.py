@@ -21,8 +21,8 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, mismatch
+from trt_kv.models.layers.graph import Graph
 from trt_kv.models.llama.config import LlamaConfig
-from trt_kv.models.llama.graph import Graph
 from trt_kv.models.llama.rope import long_rope_after, rope_rows
 
 _GREATER = trt.ElementWiseOperation.GREATER

@@ -12,8 +12,8 @@ from dataclasses import replace
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.models.llama.attention import Masks
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.layers.attention import Masks
+from trt_kv.models.layers.graph import Graph
 
 
 def window_masks(

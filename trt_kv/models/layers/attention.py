@@ -21,7 +21,7 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.builder.routes import Routes
-from trt_kv.models.llama.graph import Graph
+from trt_kv.models.layers.graph import Graph
 
 
 @dataclass(frozen=True)
