@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from numbers import Real
 
 from trt_kv import dtypes
-from trt_kv.builder.contract import INPUT_ROLES, LAYOUT, CacheRole, DecoderRoles
 from trt_kv.builder.engine import Profile
 from trt_kv.builder.kv_cache import CacheAlias
+from trt_kv.contract import INPUT_ROLES, LAYOUT, CacheRole, DecoderRoles
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 
 FORMAT = 2  # 2: compute_capabilities; the recipe names its model, never a path

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from trt_kv.builder.contract import DecoderRoles
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, ClosedError, mismatch
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.profiles import select_profile

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.kv_cache import cache_aliases
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
 from trt_kv.runtime.backend import (

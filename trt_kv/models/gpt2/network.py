@@ -21,9 +21,10 @@ import numpy as np
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
-from trt_kv.builder.contract import DecoderRoles, decoder_profiles, decoder_roles, name_dimensions
+from trt_kv.builder.contract import decoder_profiles, decoder_roles, name_dimensions
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights

@@ -10,7 +10,7 @@ import numpy as np
 from trt_kv import dtypes
 from trt_kv._trt import trt
 from trt_kv.build_defaults import DEVICE_TOP_K
-from trt_kv.builder.contract import NEXT_TOKEN, TOP_IDS, TOP_LOGITS
+from trt_kv.contract import NEXT_TOKEN, TOP_IDS, TOP_LOGITS
 from trt_kv.errors import ArgumentError, check_int, mismatch
 
 TOP_K_MOST = 3840  # the largest static k of TensorRT's ITopKLayer

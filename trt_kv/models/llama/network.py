@@ -42,13 +42,13 @@ from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.contract import (
-    DecoderRoles,
     decoder_profiles,
     decoder_roles,
     name_dimensions,
 )
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, ShapeError, check_int, mismatch
 from trt_kv.models.llama.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.llama.config import LlamaConfig

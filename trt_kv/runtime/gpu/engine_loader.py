@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trt_kv._trt import logger, trt
-from trt_kv.builder.contract import DecoderRoles, check_roles
+from trt_kv.contract import DecoderRoles, check_roles
 from trt_kv.engine_file import EngineMeta, check_engine_io, load_engine_file
 from trt_kv.errors import EngineFileError, TrtKvError, check_int, mismatch
 from trt_kv.runtime.gpu.cuda import require_gpu, require_tensorrt_gpu
