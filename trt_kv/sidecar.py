@@ -56,7 +56,7 @@ class EngineMeta:
     metadata: dict = field(default_factory=dict)
     cache_update: str | None = "layer"  # "layer" or "plugin"
     targets: tuple[CC, ...] = ()
-    roles: DecoderRoles | None = None  # the decoder contract (trt_kv.builder.contract)
+    roles: DecoderRoles | None = None  # the decoder contract (trt_kv.contract)
 
     def to_json(self) -> dict:
         out: dict = {"format": FORMAT}

@@ -4,7 +4,7 @@ family, whose own table refuses what it does not build).
 
 Each row gives the steps a model goes through, as functions: config from ``config.json``,
 weights from Hugging Face tensors, the network (a contract network:
-:mod:`trt_kv.builder.contract`), the reference backend (its oracle) and the S_max check.
+:mod:`trt_kv.contract`), the reference backend (its oracle) and the S_max check.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def step_feed(
     plan: StepPlan, roles: DecoderRoles, embed: Callable[[StepPlan], np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
     """The non-cache inputs of a step: each input of ``roles`` (the network's decoder
-    contract, :mod:`trt_kv.builder.contract`) with the :class:`StepPlan` array of its role;
+    contract, :mod:`trt_kv.contract`) with the :class:`StepPlan` array of its role;
     the ``embeddings`` role with ``embed(plan)`` (a backend's
     :class:`~trt_kv.runtime.embedding.StepEmbedder`: ``[B, S, D]`` from the step's ids).
 

@@ -1,6 +1,6 @@
 """GPT-2 as one TensorRT network for prefill and decode, with the public builder API.
 
-Inputs follow the decoder contract (:mod:`trt_kv.builder.contract`): ``input_ids [B, S]``
+Inputs follow the decoder contract (:mod:`trt_kv.contract`): ``input_ids [B, S]``
 int32, ``position_ids [B, S]`` int64, ``write_indices [B]`` int32, ``last_token_rows [B]``
 int32 (absent with ``all_logits``), ``key_value_lengths [B]`` (with that route option),
 ``past_key.{i}`` / ``past_value.{i}`` ``[B, N, S_max, H]``. Outputs: ``logits [B, V]``

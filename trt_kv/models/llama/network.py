@@ -155,7 +155,7 @@ class LlamaNetwork:
     all_logits: bool
     routes: Routes  # resolved: no "auto" left
     keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
-    roles: DecoderRoles  # the decoder contract (trt_kv.builder.contract): what a runtime reads
+    roles: DecoderRoles  # the decoder contract (trt_kv.contract): what a runtime reads
     weight_format: str | None = None  # None: every weight in ``dtype``
     weight_storage: dict | None = None  # how each weight is held (see weight_storage())
 

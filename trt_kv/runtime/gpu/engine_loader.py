@@ -18,7 +18,7 @@ from trt_kv.runtime.gpu.cuda import require_gpu, require_tensorrt_gpu
 
 
 def check_decoder_engine(path: str | Path, meta: EngineMeta) -> DecoderRoles:
-    """The decoder roles of an engine's sidecar (:mod:`trt_kv.builder.contract`: what a
+    """The decoder roles of an engine's sidecar (:mod:`trt_kv.contract`: what a
     session backend reads), checked against the sidecar's inputs and outputs.
 
     Raises:
