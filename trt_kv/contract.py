@@ -43,10 +43,19 @@ against the engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+import numbers
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 
-from trt_kv.errors import ArgumentError, DTypeError, NetworkError, ShapeError, mismatch
+from trt_kv.errors import (
+    ArgumentError,
+    DTypeError,
+    NetworkError,
+    ShapeError,
+    TrtKvError,
+    mismatch,
+)
 
 LAYOUT = "BNSH"  # every cache: [B, N, S_max, H]
 
@@ -78,6 +87,9 @@ LOGITS_ROLE = "logits"
 NEXT_TOKEN, TOP_IDS, TOP_LOGITS = "next_token", "top_ids", "top_logits"  # sampling outputs
 
 Spec = tuple[tuple[int, ...], str]  # (declared shape, dtype name)
+Error = type[TrtKvError]  # the exception a check raises, for its caller's kind of input
+# a member added after the first sidecars: a role map's JSON may lack it (its default then)
+_ADDED_LATER = {"added_later": True}
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,14 @@ class CacheRole:
     output: str
     layout: str = LAYOUT
 
+    def check(self, where: str = "cache") -> None:
+        """Raises ArgumentError: a name that is not a non-empty string, a layout other than
+        ``"BNSH"``; naming the member (``<where>.layout``)."""
+        _name(f"{where}.input", self.input)
+        _name(f"{where}.output", self.output)
+        if self.layout != LAYOUT:
+            raise _fail(f"{where}.layout", repr(LAYOUT), self.layout)
+
 
 @dataclass(frozen=True)
 class DecoderRoles:
@@ -96,7 +116,10 @@ class DecoderRoles:
     ``inputs`` maps each role the network has to its input name; ``max_batch`` and
     ``max_step_tokens`` are the largest B and S of the token role (``token_ids`` or
     ``embeddings``) over the profiles; ``embedding_dim`` and ``embedding_dtype`` are D and
-    the dtype of ``embeddings`` (None for a network of ``token_ids``)."""
+    the dtype of ``embeddings`` (None for a network of ``token_ids``).
+
+    :meth:`check` holds every rule of a role map on its own (the builder's
+    :func:`check_roles` and the sidecar's reader, :meth:`from_json`, call it)."""
 
     inputs: dict[str, str]
     logits: str
@@ -107,9 +130,11 @@ class DecoderRoles:
     max_step_tokens: int
     all_logits: bool  # logits [B, S, V] rather than [B, V]
     long_rope_after: int | None = None
-    embedding_dim: int | None = None
-    embedding_dtype: str | None = None
-    device_top_k: int = 0  # k of the sampling outputs (0: none; 1: next_token)
+    embedding_dim: int | None = field(default=None, metadata=_ADDED_LATER)
+    embedding_dtype: str | None = field(default=None, metadata=_ADDED_LATER)
+    device_top_k: int = field(
+        default=0, metadata=_ADDED_LATER
+    )  # k of the sampling outputs (0: none)
 
     @property
     def token_role(self) -> str:
@@ -120,13 +145,47 @@ class DecoderRoles:
         return {**asdict(self), "caches": [asdict(c) for c in self.caches]}
 
     @classmethod
-    def from_json(cls, d: dict) -> DecoderRoles:
-        """Raises ArgumentError for a record that is not a role map (a missing key, say)."""
-        try:
-            caches = tuple(CacheRole(**c) for c in d["caches"])
-            return cls(**{**d, "inputs": dict(d["inputs"]), "caches": caches})
-        except (KeyError, TypeError, ValueError) as err:
-            raise ArgumentError(mismatch("roles", "a decoder role map", "", repr(err))) from err
+    def from_json(
+        cls, d: object, where: str = "roles", error: Error = ArgumentError
+    ) -> DecoderRoles:
+        """The role map of a :meth:`to_json` record, checked by :meth:`check`. A member added
+        after the first sidecars (``embedding_dim``, ``embedding_dtype``, ``device_top_k``)
+        may be absent: its default.
+
+        Raises:
+            ``error`` (ArgumentError unless given), naming the member (``<where>.max_batch:
+            expected an integer >= 1, got 0``): not an object with the members' keys, caches
+            not a list of ``{input, output, layout}`` objects, or as :meth:`check`.
+        """
+        with _raising(error):
+            record = _members(cls, d, where)
+            caches = record["caches"]
+            if not isinstance(caches, (list, tuple)):
+                raise _fail(f"{where}.caches", "a list", caches)
+            caches = tuple(
+                CacheRole(**_members(CacheRole, c, f"{where}.caches[{i}]"))
+                for i, c in enumerate(caches)
+            )
+            inputs = record["inputs"]
+            inputs = dict(inputs) if isinstance(inputs, Mapping) else inputs
+            roles = cls(**{**record, "inputs": inputs, "caches": caches})
+        roles.check(where, error)
+        return roles
+
+    def check(self, where: str = "roles", error: Error = ArgumentError) -> None:
+        """Every member by type and range, and the rules between members: ``inputs`` maps
+        known roles to names, with exactly one token role and every required role;
+        ``vocab_size``, ``max_seq_len``, ``max_batch``, ``max_step_tokens`` integers >= 1,
+        ``max_step_tokens`` <= ``max_seq_len``; ``long_rope_after`` None or >= 1 (and then
+        the ``rope_lengths`` role); ``embedding_dim`` >= 1 and ``embedding_dtype`` a float
+        dtype with ``embeddings``; ``device_top_k`` as :func:`check_device_top_k`.
+
+        Raises:
+            ``error`` (ArgumentError unless given), naming the member: ``<where>.max_batch:
+            expected an integer >= 1, got 0``.
+        """
+        with _raising(error):
+            _check_members(self, where)
 
     def feed_names(self) -> dict[str, str]:
         """Input name -> the :class:`StepPlan` attribute fed to it (caches excluded)."""
@@ -137,6 +196,108 @@ class DecoderRoles:
         ``("top_ids", "top_logits")``."""
         k = self.device_top_k
         return () if k == 0 else (NEXT_TOKEN,) if k == 1 else (TOP_IDS, TOP_LOGITS)
+
+
+def check_device_top_k(
+    k: object,
+    vocab_size: int,
+    all_logits: bool,
+    most: int | None = None,
+    where: str = "device_top_k",
+) -> int:
+    """``k`` as a ``device_top_k``: an integer in ``[0, vocab_size]`` (and <= ``most`` when
+    given: the largest a builder makes), 0 with all-position logits.
+
+    Raises:
+        ArgumentError: another value, naming ``where``.
+    """
+    k = _integer(where, k, 0, vocab_size if most is None else min(vocab_size, most))
+    if k and all_logits:
+        raise _fail(where, "0 with all_logits (logits of every position)", k)
+    return k
+
+
+@contextmanager
+def _raising(error: Error) -> Iterator[None]:
+    """The rules' ArgumentError raised as ``error``, the exception of the caller's kind of
+    input (a sidecar's EngineFileError, a network's NetworkError)."""
+    try:
+        yield
+    except ArgumentError as err:
+        if error is ArgumentError:
+            raise
+        raise error(str(err)) from err
+
+
+def _fail(where: str, what: str, value: object) -> ArgumentError:
+    return ArgumentError(mismatch(where, what, "", repr(value)))
+
+
+def _integer(where: str, value: object, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``[lo, hi]`` (bools and floats refused). Raises ArgumentError."""
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not ok or value < lo or (hi is not None and value > hi):
+        raise _fail(
+            where, f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]", value
+        )
+    return int(value)
+
+
+def _name(where: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(where, "a non-empty string", value)
+    return value
+
+
+def _members(cls: type, value: object, where: str) -> dict:
+    """``value`` as the keyword arguments of the dataclass ``cls``: an object with a key per
+    member (those marked later may be absent). Raises ArgumentError."""
+    later = [f.name for f in fields(cls) if f.metadata.get("added_later")]
+    needed = [f.name for f in fields(cls) if f.name not in later]
+    if not isinstance(value, Mapping) or not set(needed) <= set(value) <= {*needed, *later}:
+        optional = f" (and optionally {later})" if later else ""
+        raise _fail(where, f"an object with keys {needed}{optional}", value)
+    return dict(value)
+
+
+def _check_members(r: DecoderRoles, where: str) -> None:
+    """The rules of :meth:`DecoderRoles.check`. Raises ArgumentError."""
+    if not isinstance(r.inputs, Mapping) or not r.inputs:
+        raise _fail(f"{where}.inputs", "an object: role -> input name", r.inputs)
+    for role, name in r.inputs.items():
+        if role not in INPUT_ROLES:
+            raise _fail(f"{where}.inputs", f"roles among {sorted(INPUT_ROLES)}", role)
+        _name(f"{where}.inputs.{role}", name)
+    _check_token_role(r.inputs, where, ArgumentError)
+    for role, spec in INPUT_ROLES.items():
+        if spec.required and role not in r.inputs:
+            raise ArgumentError(mismatch(where, "the required role", role, "missing"))
+    _name(f"{where}.logits", r.logits)
+    if not isinstance(r.caches, tuple) or not all(isinstance(c, CacheRole) for c in r.caches):
+        raise _fail(f"{where}.caches", "a tuple of CacheRole", r.caches)
+    for i, cache in enumerate(r.caches):
+        cache.check(f"{where}.caches[{i}]")
+    for key in ("vocab_size", "max_seq_len", "max_batch", "max_step_tokens"):
+        _integer(f"{where}.{key}", getattr(r, key), 1)
+    if r.max_step_tokens > r.max_seq_len:
+        raise _fail(
+            f"{where}.max_step_tokens", f"<= max_seq_len = {r.max_seq_len}", r.max_step_tokens
+        )
+    if not isinstance(r.all_logits, bool):
+        raise _fail(f"{where}.all_logits", "true or false", r.all_logits)
+    if r.long_rope_after is not None:
+        _integer(f"{where}.long_rope_after", r.long_rope_after, 1)
+        if "rope_lengths" not in r.inputs:
+            raise ArgumentError(
+                mismatch(where, "with long_rope_after, the role", "rope_lengths", "missing")
+            )
+    if r.embedding_dim is not None or "embeddings" in r.inputs:
+        _integer(f"{where}.embedding_dim", r.embedding_dim, 1)
+        if r.embedding_dtype not in FLOAT_DTYPES:
+            raise _fail(
+                f"{where}.embedding_dtype", f"one of {list(FLOAT_DTYPES)}", r.embedding_dtype
+            )
+    check_device_top_k(r.device_top_k, r.vocab_size, r.all_logits, where=f"{where}.device_top_k")
 
 
 def _check_tensor(
@@ -154,11 +315,11 @@ def _check_tensor(
         )
 
 
-def _check_token_role(roles_of: object, where: str) -> str:
-    """The one token role among ``roles_of``. Raises NetworkError: both, or neither."""
+def _check_token_role(roles_of: object, where: str, error: Error = NetworkError) -> str:
+    """The one token role among ``roles_of``. Raises ``error``: both, or neither."""
     found = [r for r in TOKEN_ROLES if r in roles_of]
     if len(found) != 1:
-        raise NetworkError(
+        raise error(
             mismatch(where, "exactly one of the roles", " or ".join(TOKEN_ROLES), found or "none")
         )
     return found[0]
@@ -170,20 +331,15 @@ def check_roles(
     """Check ``roles`` against a network's (or an engine sidecar's) declared I/O.
 
     Raises:
-        NetworkError: a role naming no tensor, a required role missing, both or neither of
-            ``token_ids`` and ``embeddings``, an input that has no role (the runtime could
-            not feed it), a cache pair that is not one.
+        NetworkError: ``roles`` that fail :meth:`DecoderRoles.check` (a required role
+            missing, both or neither of ``token_ids`` and ``embeddings``...), a role naming
+            no tensor, an input that has no role (the runtime could not feed it), a cache pair
+            that is not one.
         DTypeError, ShapeError: a role's tensor of another dtype or rank than the contract's
             (or logits whose V differs from ``vocab_size``, embeddings whose D or dtype
             differ from ``embedding_dim`` / ``embedding_dtype``).
     """
-    _check_token_role(roles.inputs, "decoder roles")
-    for role, spec in INPUT_ROLES.items():
-        if spec.required and role not in roles.inputs:
-            raise NetworkError(mismatch("decoder roles", "the required role", role, "missing"))
-    unknown = sorted(set(roles.inputs) - set(INPUT_ROLES))
-    if unknown:
-        raise NetworkError(mismatch("decoder roles", "roles among", list(INPUT_ROLES), unknown))
+    roles.check("decoder roles", NetworkError)
     for role, name in roles.inputs.items():
         spec = INPUT_ROLES[role]
         _check_tensor(role, name, inputs.get(name), spec.dtype, (spec.rank,))
@@ -203,12 +359,8 @@ def check_roles(
         for name, found in ((cache.input, inputs), (cache.output, outputs)):
             if name not in found:
                 raise NetworkError(mismatch(f"cache {cache.input}", "a tensor named", name, "none"))
-        if cache.layout != LAYOUT or len(inputs[cache.input][0]) != 4:
+        if len(inputs[cache.input][0]) != 4:
             raise ShapeError(mismatch(f"cache {cache.input}", "layout", LAYOUT, cache.layout))
-    if roles.long_rope_after is not None and "rope_lengths" not in roles.inputs:
-        raise NetworkError(
-            mismatch("decoder roles", "with long_rope_after, the role", "rope_lengths", "missing")
-        )
     fed = set(roles.inputs.values()) | {c.input for c in roles.caches}
     unfed = sorted(set(inputs) - fed)
     if unfed:
@@ -220,10 +372,6 @@ def check_roles(
 def _check_sampling(roles: DecoderRoles, outputs: Mapping[str, Spec]) -> None:
     """The sampling outputs of ``roles.device_top_k`` (see the module's table)."""
     k = roles.device_top_k
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= roles.vocab_size:
-        raise NetworkError(mismatch("device_top_k", f"an int in [0, {roles.vocab_size}]", "", k))
-    if k and roles.all_logits:
-        raise NetworkError(mismatch("device_top_k", "0 with all-position logits", "", k))
     wanted = {NEXT_TOKEN: ("int32", 1), TOP_IDS: ("int32", 2), TOP_LOGITS: ("float32", 2)}
     for name in roles.sampling_outputs():
         dtype, rank = wanted[name]
