@@ -38,7 +38,9 @@ candidates instead of the logits ``[B, V]``: see :class:`~trt_kv.runtime.backend
 
 :func:`~trt_kv.builder.contract.decoder_roles` builds and checks the role map of a network;
 ``trt_kv.engine_file`` writes it into the sidecar (``"roles"``) and the GPU backends check it
-against the engine.
+against the engine. Every rule of a role map on its own is :meth:`DecoderRoles.check` (the
+builder, :func:`check_roles` and the sidecar's reader call it); this module imports nothing of
+trt_kv but its errors, so every layer can read the contract.
 """
 
 from __future__ import annotations
@@ -268,7 +270,7 @@ def _check_members(r: DecoderRoles, where: str) -> None:
         if role not in INPUT_ROLES:
             raise _fail(f"{where}.inputs", f"roles among {sorted(INPUT_ROLES)}", role)
         _name(f"{where}.inputs.{role}", name)
-    _check_token_role(r.inputs, where, ArgumentError)
+    check_token_role(r.inputs, where, ArgumentError)
     for role, spec in INPUT_ROLES.items():
         if spec.required and role not in r.inputs:
             raise ArgumentError(mismatch(where, "the required role", role, "missing"))
@@ -300,9 +302,16 @@ def _check_members(r: DecoderRoles, where: str) -> None:
     check_device_top_k(r.device_top_k, r.vocab_size, r.all_logits, where=f"{where}.device_top_k")
 
 
-def _check_tensor(
+def check_tensor(
     role: str, name: str, spec: Spec | None, dtype: str | tuple[str, ...], ranks: tuple
 ) -> None:
+    """The tensor ``name`` of ``role``, ``spec`` = (declared shape, dtype name), has one of
+    the dtypes ``dtype`` and a rank among ``ranks``.
+
+    Raises:
+        NetworkError: no such tensor (``spec`` None). DTypeError, ShapeError: another dtype,
+            another rank.
+    """
     if spec is None:
         raise NetworkError(mismatch(f"role {role}", "a network tensor named", name, "none"))
     shape, actual = spec
@@ -315,7 +324,7 @@ def _check_tensor(
         )
 
 
-def _check_token_role(roles_of: object, where: str, error: Error = NetworkError) -> str:
+def check_token_role(roles_of: object, where: str, error: Error = NetworkError) -> str:
     """The one token role among ``roles_of``. Raises ``error``: both, or neither."""
     found = [r for r in TOKEN_ROLES if r in roles_of]
     if len(found) != 1:
@@ -342,14 +351,14 @@ def check_roles(
     roles.check("decoder roles", NetworkError)
     for role, name in roles.inputs.items():
         spec = INPUT_ROLES[role]
-        _check_tensor(role, name, inputs.get(name), spec.dtype, (spec.rank,))
+        check_tensor(role, name, inputs.get(name), spec.dtype, (spec.rank,))
     if "embeddings" in roles.inputs:
         name = roles.inputs["embeddings"]
         shape, dtype = inputs[name]
         if (shape[2], dtype) != (roles.embedding_dim, roles.embedding_dtype):
             want = f"[B, S, {roles.embedding_dim}] {roles.embedding_dtype}"
             raise ShapeError(mismatch(f"{name} (role embeddings)", "", want, f"{shape} {dtype}"))
-    _check_tensor(LOGITS_ROLE, roles.logits, outputs.get(roles.logits), "float32", (2, 3))
+    check_tensor(LOGITS_ROLE, roles.logits, outputs.get(roles.logits), "float32", (2, 3))
     shape = outputs[roles.logits][0]
     if shape[-1] != roles.vocab_size or (len(shape) == 3) != roles.all_logits:
         want = f"[B, {'S, ' if roles.all_logits else ''}{roles.vocab_size}]"
@@ -375,7 +384,7 @@ def _check_sampling(roles: DecoderRoles, outputs: Mapping[str, Spec]) -> None:
     wanted = {NEXT_TOKEN: ("int32", 1), TOP_IDS: ("int32", 2), TOP_LOGITS: ("float32", 2)}
     for name in roles.sampling_outputs():
         dtype, rank = wanted[name]
-        _check_tensor(name, name, outputs.get(name), dtype, (rank,))
+        check_tensor(name, name, outputs.get(name), dtype, (rank,))
         if rank == 2 and outputs[name][0][-1] != k:
             raise ShapeError(
                 mismatch(f"{name} (role {name})", "shape", f"[B, {k}]", outputs[name][0])

@@ -18,9 +18,9 @@ from trt_kv.contract import (
     CacheRole,
     DecoderRoles,
     Spec,
-    _check_tensor,
-    _check_token_role,
     check_roles,
+    check_tensor,
+    check_token_role,
 )
 from trt_kv.errors import ArgumentError, NetworkError, ShapeError, check_int, mismatch
 
@@ -83,10 +83,10 @@ def decoder_roles(
     if len(s_max) != 1:
         raise ShapeError(mismatch("caches", "one S_max (axis 2)", "", sorted(s_max)))
     logits = names.get(LOGITS_ROLE, LOGITS_ROLE)
-    _check_tensor(LOGITS_ROLE, logits, outputs.get(logits), "float32", (2, 3))
-    token_role = _check_token_role(chosen, "network inputs")
+    check_tensor(LOGITS_ROLE, logits, outputs.get(logits), "float32", (2, 3))
+    token_role = check_token_role(chosen, "network inputs")
     token, spec = chosen[token_role], INPUT_ROLES[token_role]
-    _check_tensor(token_role, token, inputs.get(token), spec.dtype, (spec.rank,))
+    check_tensor(token_role, token, inputs.get(token), spec.dtype, (spec.rank,))
     (tokens, token_dtype), vocab = inputs[token], outputs[logits][0][-1]
     if vocab < 1:
         raise ShapeError(mismatch(f"{logits} (role logits)", "a static V (last axis)", "", vocab))
