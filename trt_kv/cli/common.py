@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 
 from trt_kv import build_defaults as defaults
 from trt_kv.cli.checks import integer, routes
+from trt_kv.contract import FLOAT_DTYPES
 from trt_kv.engines_dir import ENGINES_DIR
 
 if TYPE_CHECKING:
     from trt_kv.jobs import BuildOptions, BuiltFile
 
-DTYPES = ("float16", "bfloat16", "float32")
+DTYPES = FLOAT_DTYPES  # --dtype
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
 WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
 
