@@ -74,8 +74,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:
-    """``--max-step-tokens``, defaulting to ``min(128, --max-seq-len)``
-    (:func:`trt_kv.build_defaults.default_step_tokens`)."""
+    """``--max-step-tokens``, defaulting to
+    :func:`trt_kv.build_defaults.default_step_tokens` of ``--max-seq-len``."""
     if args.max_step_tokens is None:
         return defaults.default_step_tokens(args.max_seq_len)
     return args.max_step_tokens

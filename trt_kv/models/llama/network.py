@@ -214,7 +214,7 @@ def build_llama_network(
         max_seq_len: S_max of every cache (static).
         max_batch: B upper bound of the optimization profiles.
         max_step_tokens: S upper bound of one step (longer prompts are prefilled in chunks;
-            None: ``min(128, max_seq_len)``, :mod:`trt_kv.build_defaults`).
+            None: :func:`trt_kv.build_defaults.default_step_tokens`).
         dtype: "float16", "bfloat16" or "float32" for weights and activations.
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
         routes: the route of each part; "auto" (the default) takes the best the installed
