@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from trt_kv.builder.contract import INPUT_ROLES, DecoderRoles
+from trt_kv.contract import INPUT_ROLES, DecoderRoles
 from trt_kv.examples import load_model
 from trt_kv.models.llama.reference_backend import llama_cache_aliases
 from trt_kv.runtime.backend import step_feed

@@ -12,7 +12,8 @@ import pytest
 
 from trt_kv._trt import trt
 from trt_kv.builder import add_model_caches, create_network, decoder_roles
-from trt_kv.builder.contract import DecoderRoles, decoder_profiles
+from trt_kv.builder.contract import decoder_profiles
+from trt_kv.contract import DecoderRoles
 from trt_kv.engine_file import EngineMeta
 from trt_kv.errors import DTypeError, EngineFileError, NetworkError
 

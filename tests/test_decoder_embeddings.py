@@ -13,7 +13,8 @@ import pytest
 
 from trt_kv._trt import trt
 from trt_kv.builder import add_model_caches, create_network, decoder_roles
-from trt_kv.builder.contract import DecoderRoles, check_roles, decoder_profiles
+from trt_kv.builder.contract import decoder_profiles
+from trt_kv.contract import DecoderRoles, check_roles
 from trt_kv.errors import ArgumentError, DTypeError, NetworkError, ShapeError
 
 ROOT = Path(__file__).resolve().parent.parent

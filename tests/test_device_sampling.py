@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from tiny_models import TINY_GQA
 
-from trt_kv.builder.contract import DecoderRoles, _network_specs, check_roles
+from trt_kv.builder.contract import _network_specs
+from trt_kv.contract import DecoderRoles, check_roles
 from trt_kv.errors import ArgumentError, NetworkError, ShapeError
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.runtime import Session, generate

@@ -1,6 +1,8 @@
-"""The default size of every model engine and network, defined once: the network builder
+"""Every default, defined once: the size of every model engine and network, and how many
+tokens each command generates. The network builder
 (:func:`trt_kv.models.llama.build_llama_network`), build jobs (:class:`trt_kv.jobs.BuildOptions`),
-the command line and the docs read them from here. Imports nothing (``trt-kv --help`` reads it).
+the runtime's :class:`~trt_kv.runtime.cache_state.CacheState`, the reference backends, the
+command line and the docs read them from here. Imports nothing (``trt-kv --help`` reads it).
 
 ``MAX_STEP_TOKENS`` = 128: the widest step, fixed whatever the prompts, so one engine per model
 and options serves every prompt (a longer prompt is prefilled in chunks of 128, up to S_max,
@@ -20,6 +22,13 @@ MAX_STEP_TOKENS = 128  # most tokens per sequence in one step (longer prompts: c
 # candidates the network itself picks for the next token (a TopK layer after the logits):
 # 0 off (the logits only), 1 greedy (``next_token [B]``), k > 1 the k best ids and logits
 DEVICE_TOP_K = 0
+
+# tokens a command generates when --max-new-tokens is not given (generate and chat: at most
+# what fits S_max)
+MAX_NEW_TOKENS_GENERATE_IDS = 8  # generate --prompt-ids, per prompt
+MAX_NEW_TOKENS_GENERATE_TEXT = 64  # generate --prompt, per prompt
+MAX_NEW_TOKENS_DEMO = 24  # demo, per prompt
+MAX_NEW_TOKENS_CHAT = 256  # chat, per answer
 
 
 def default_step_tokens(max_seq_len: int) -> int:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from trt_kv import dtypes
 from trt_kv._trt import FEATURES
-from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
 from trt_kv.builder.kv_cache import cache_aliases, cache_update_layers, source_input
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import EngineFileError, mismatch
 from trt_kv.sidecar import EngineMeta, TensorSpec
 

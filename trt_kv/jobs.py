@@ -59,7 +59,7 @@ class BuildOptions:
 
     File-name parts: ``float16-s512-b8-t128`` always; other fields only off their default,
     as ``name_value`` (``name`` for True). The defaults are :mod:`trt_kv.build_defaults`'s;
-    ``max_step_tokens`` None is ``min(128, max_seq_len)``.
+    ``max_step_tokens`` None is :func:`~trt_kv.build_defaults.default_step_tokens`.
     """
 
     dtype: str = field(default=defaults.DTYPE, metadata=_tag(""))

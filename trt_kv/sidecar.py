@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from numbers import Real
 
 from trt_kv import dtypes
-from trt_kv.builder.contract import INPUT_ROLES, LAYOUT, CacheRole, DecoderRoles
 from trt_kv.builder.engine import Profile
 from trt_kv.builder.kv_cache import CacheAlias
-from trt_kv.errors import ArgumentError, EngineFileError, mismatch
+from trt_kv.contract import DecoderRoles
+from trt_kv.errors import EngineFileError, mismatch
 
 FORMAT = 2  # 2: compute_capabilities; the recipe names its model, never a path
 CC = tuple[int, int]
@@ -56,7 +56,7 @@ class EngineMeta:
     metadata: dict = field(default_factory=dict)
     cache_update: str | None = "layer"  # "layer" or "plugin"
     targets: tuple[CC, ...] = ()
-    roles: DecoderRoles | None = None  # the decoder contract (trt_kv.builder.contract)
+    roles: DecoderRoles | None = None  # the decoder contract (trt_kv.contract)
 
     def to_json(self) -> dict:
         out: dict = {"format": FORMAT}
@@ -232,67 +232,10 @@ def targets_json(targets: tuple[CC, ...]) -> str | list[str]:
     return [f"{a}.{b}" for a, b in targets] if targets else "portable"
 
 
-_ROLE_KEYS = (
-    "inputs",
-    "logits",
-    "caches",
-    "vocab_size",
-    "max_seq_len",
-    "max_batch",
-    "max_step_tokens",
-    "all_logits",
-    "long_rope_after",
-    "device_top_k",  # absent from sidecars written before it existed: 0
-)
-_EMBEDDING_KEYS = ("embedding_dim", "embedding_dtype")  # written by networks of embeddings
-
-
 def _roles(where: str, value: object) -> DecoderRoles | None:
-    """The decoder role map, every member checked by type and range (the runtime sizes its
-    buffers and steps from it)."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        value = {"device_top_k": 0, **value}
-    keys = _ROLE_KEYS + (
-        _EMBEDDING_KEYS if isinstance(value, dict) and _EMBEDDING_KEYS[0] in value else ()
-    )
-    d = _record(where, value, keys)
-    inputs = d["inputs"]
-    if not isinstance(inputs, dict) or not inputs:
-        raise _fail(f"{where}.inputs", "an object: role -> input name", inputs)
-    for role, name in inputs.items():
-        if role not in INPUT_ROLES:
-            raise _fail(f"{where}.inputs", f"roles among {sorted(INPUT_ROLES)}", role)
-        _text(f"{where}.inputs.{role}", name)
-    _text(f"{where}.logits", d["logits"])
-    caches = _listed(_cache_role)(f"{where}.caches", d["caches"])
-    for key in ("vocab_size", "max_seq_len", "max_batch", "max_step_tokens"):
-        _count(f"{where}.{key}", d[key])
-    if d["max_step_tokens"] > d["max_seq_len"]:
-        raise _fail(f"{where}.max_step_tokens", f"<= max_seq_len = {d['max_seq_len']}", d)
-    _typed(bool, "true or false")(f"{where}.all_logits", d["all_logits"])
-    if d["long_rope_after"] is not None:
-        _count(f"{where}.long_rope_after", d["long_rope_after"])
-    if d.get("embedding_dim") is not None or "embeddings" in inputs:
-        _count(f"{where}.embedding_dim", d.get("embedding_dim"))
-        _dtype(f"{where}.embedding_dtype", d.get("embedding_dtype"))
-    k = d["device_top_k"]  # k of the sampling outputs, 0 (none) to V
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= d["vocab_size"]:
-        raise _fail(f"{where}.device_top_k", f"an integer in [0, {d['vocab_size']}]", k)
-    if k and d["all_logits"]:
-        raise _fail(f"{where}.device_top_k", "0 with all_logits (logits of every position)", k)
-    try:
-        return DecoderRoles.from_json({**d, "caches": [vars(c) for c in caches]})
-    except ArgumentError as err:
-        raise _fail(where, "a decoder role map", value) from err
-
-
-def _cache_role(where: str, value: object) -> CacheRole:
-    d = _record(where, value, ("input", "output", "layout"))
-    if d["layout"] != LAYOUT:
-        raise _fail(f"{where}.layout", repr(LAYOUT), d["layout"])
-    return CacheRole(_text(f"{where}.input", d["input"]), _text(f"{where}.output", d["output"]))
+    """The decoder role map, checked by the contract (:meth:`DecoderRoles.from_json`: the
+    runtime sizes its buffers and steps from it)."""
+    return None if value is None else DecoderRoles.from_json(value, where, EngineFileError)
 
 
 @dataclass(frozen=True)

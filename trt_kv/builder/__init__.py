@@ -1,7 +1,7 @@
 """Build steps: cache inputs and updates, whole-model caches, the decoder contract, engine
 bytes."""
 
-from trt_kv.builder.contract import DecoderNetwork, DecoderRoles, check_roles, decoder_roles
+from trt_kv.builder.contract import DecoderNetwork, decoder_roles
 from trt_kv.builder.engine import BuiltEngine, Profile, build_engine, create_network
 from trt_kv.builder.kv_cache import (
     CacheAlias,
@@ -13,6 +13,7 @@ from trt_kv.builder.kv_cache import (
 )
 from trt_kv.builder.model_caches import ModelCaches, add_model_caches, cache_names
 from trt_kv.builder.routes import Routes, resolve_routes
+from trt_kv.contract import DecoderRoles, check_roles
 
 __all__ = [
     "BuiltEngine",

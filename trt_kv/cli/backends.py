@@ -16,7 +16,7 @@ from trt_kv.cli.checks import check_backend_options, check_model
 from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
-    from trt_kv.builder.contract import DecoderRoles
+    from trt_kv.contract import DecoderRoles
 
 GPU_BACKENDS = options.GPU_BACKENDS
 

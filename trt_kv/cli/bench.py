@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     for context in args.context:
         shape = {
             "max_seq_len": args.max_seq_len or context + args.decode_steps,
-            "max_step_tokens": args.max_step_tokens,  # None: min(128, S_max)
+            "max_step_tokens": args.max_step_tokens,  # None: default_step_tokens(S_max)
             "max_batch": capacity,
             "engine": None,
         }

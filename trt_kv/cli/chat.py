@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trt_kv import build_defaults as defaults
 from trt_kv.cli import backends, common, generate, options
 
 EXAMPLE = 'trt-kv chat --system "Be brief." --repetition-penalty 1.2'  # or: echo Hi | trt-kv chat
-MAX_NEW_TOKENS = 256  # per answer, when --max-new-tokens is not given (and the cache has room)
 HELP_TEXT = "/reset forgets the conversation, /exit (or end of input) quits"
 
 
@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="system message opening the conversation")
     options.add_sampling_arguments(
         p,
-        f"most tokens per answer (default: {MAX_NEW_TOKENS}, at most what fits --max-seq-len)",
+        f"most tokens per answer (default: {defaults.MAX_NEW_TOKENS_CHAT}, at most what fits "
+        "--max-seq-len)",
     )
     options.add_device_arguments(p)
     options.add_backend_argument(p)
@@ -90,7 +91,7 @@ def converse(
         result = run_generation(
             session,
             [ids],
-            min(args.max_new_tokens or MAX_NEW_TOKENS, room),
+            min(args.max_new_tokens or defaults.MAX_NEW_TOKENS_CHAT, room),
             sampler,
             eos_ids=() if args.ignore_eos else eos_ids,
             on_token=generate.Stream(tokenizer),

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 
 from trt_kv import build_defaults as defaults
 from trt_kv.cli.checks import integer, routes
+from trt_kv.contract import FLOAT_DTYPES
 from trt_kv.engines_dir import ENGINES_DIR
 
 if TYPE_CHECKING:
     from trt_kv.examples import Model
     from trt_kv.jobs import BuildOptions, BuiltFile
 
-DTYPES = ("float16", "bfloat16", "float32")
+DTYPES = FLOAT_DTYPES  # --dtype
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
 WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
 
@@ -99,8 +100,8 @@ def load_cli_model(args: argparse.Namespace) -> Model:
 
 
 def max_step_tokens(args: argparse.Namespace) -> int:
-    """``--max-step-tokens``, defaulting to ``min(128, --max-seq-len)``
-    (:func:`trt_kv.build_defaults.default_step_tokens`)."""
+    """``--max-step-tokens``, defaulting to
+    :func:`trt_kv.build_defaults.default_step_tokens` of ``--max-seq-len``."""
     if args.max_step_tokens is None:
         return defaults.default_step_tokens(args.max_seq_len)
     return args.max_step_tokens

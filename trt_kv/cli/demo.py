@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trt_kv import build_defaults as defaults
 from trt_kv.cli import backends, build, common, generate
 from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
 
@@ -15,11 +16,12 @@ DEMO_PROMPTS = (
     ("chat", "What is the capital of France?", True),
     ("continue", "The three primary colors are", False),
 )
-DEMO_MAX_NEW_TOKENS = 24
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    generate.add_generation_arguments(p)
+    generate.add_generation_arguments(
+        p, f"tokens to generate per prompt (default: {defaults.MAX_NEW_TOKENS_DEMO})"
+    )
 
 
 def backend_note(reason: str | None, emulated: bool, no_gpu: bool = True) -> str:
@@ -54,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.prompt is None and args.prompt_ids is not None:
         generate.check_fit(args, prompt_ids(args.prompt_ids), "--prompt-ids")
     model = common.load_cli_model(args)
-    args.max_new_tokens = args.max_new_tokens or DEMO_MAX_NEW_TOKENS
+    args.max_new_tokens = args.max_new_tokens or defaults.MAX_NEW_TOKENS_DEMO
     try:
         has_text = args.prompt_ids is None and model.checkpoint.tokenizer() is not None
     except ConfigError:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trt_kv import build_defaults as defaults
 from trt_kv.cli import common, options
 from trt_kv.cli.backends import check_before_loading, engine_sidecar, opened_backend
 from trt_kv.cli.checks import (
@@ -24,11 +25,14 @@ EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --ba
 DEFAULT_PROMPT_IDS = "1,2,3,4,5;6,7,8"
 BACKENDS, GPU_BACKENDS = options.BACKENDS, options.GPU_BACKENDS
 MAX_NEW_TOKENS_HELP = (
-    "tokens to generate per prompt (default: 8, or 64 with --prompt; at most what fits S_max)"
+    f"tokens to generate per prompt (default: {defaults.MAX_NEW_TOKENS_GENERATE_IDS}, or "
+    f"{defaults.MAX_NEW_TOKENS_GENERATE_TEXT} with --prompt; at most what fits S_max)"
 )
 
 
-def add_generation_arguments(p: argparse.ArgumentParser) -> None:
+def add_generation_arguments(
+    p: argparse.ArgumentParser, max_new_tokens_help: str = MAX_NEW_TOKENS_HELP
+) -> None:
     """Prompt, sampling and output options (``generate`` and ``demo``)."""
     common.add_model_arguments(p)
     p.add_argument(
@@ -42,7 +46,7 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--chat", action="store_true", help="wrap each --prompt in the model's chat template"
     )
-    options.add_sampling_arguments(p, MAX_NEW_TOKENS_HELP)
+    options.add_sampling_arguments(p, max_new_tokens_help)
     options.add_device_arguments(p)
     p.add_argument(
         "--json",
@@ -162,11 +166,14 @@ class Stream:
 
 
 def new_tokens(args: argparse.Namespace, prompts: list[list[int]]) -> int:
-    """``--max-new-tokens``, else 8 for ids and 64 for text, at most what fits ``S_max``."""
+    """``--max-new-tokens``, else :data:`~trt_kv.build_defaults.MAX_NEW_TOKENS_GENERATE_IDS`
+    for ids and ``MAX_NEW_TOKENS_GENERATE_TEXT`` for text, at most what fits ``S_max``."""
     if args.max_new_tokens is not None:
         return args.max_new_tokens
     room = args.max_seq_len - max(map(len, prompts)) + 1
-    return max(1, min(64 if args.prompt is not None else 8, room))
+    text = args.prompt is not None
+    most = defaults.MAX_NEW_TOKENS_GENERATE_TEXT if text else defaults.MAX_NEW_TOKENS_GENERATE_IDS
+    return max(1, min(most, room))
 
 
 def check_fit(args: argparse.Namespace, prompts: list[list[int]], option: str) -> None:

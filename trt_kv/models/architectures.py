@@ -4,7 +4,7 @@ family, whose own table refuses what it does not build).
 
 Each row gives the steps a model goes through, as functions: config from ``config.json``,
 weights from Hugging Face tensors, the network (a contract network:
-:mod:`trt_kv.builder.contract`), the reference backend (its oracle), the S_max check and
+:mod:`trt_kv.contract`), the reference backend (its oracle), the S_max check and
 the S_max taken when none is given; and the config keys ``trt-kv inspect`` shows of an
 engine's recipe (:func:`describe_recipe`).
 """

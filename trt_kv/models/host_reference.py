@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trt_kv.build_defaults import default_step_tokens
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import layer_caches
 from trt_kv.errors import check_int
@@ -21,8 +22,8 @@ from trt_kv.runtime.storage import HostCaches
 
 class HostReference:
     """A backend on a model's NumPy forward, with host caches ``aliases`` of ``capacity``
-    slots. ``max_step_tokens`` None: any step width up to S_max (the reference has no step
-    bound of its own).
+    slots. ``max_step_tokens`` None: :func:`~trt_kv.build_defaults.default_step_tokens` of
+    ``max_seq_len``, as a built network's (a wider step is prefilled in chunks).
 
     Raises:
         ArgumentError: ``capacity``, ``max_seq_len`` or ``max_step_tokens`` not an integer
@@ -48,7 +49,9 @@ class HostReference:
             check_int("max_step_tokens", max_step_tokens, 1, max_seq_len)
         self.num_layers = num_layers
         self.storage = HostCaches(aliases, capacity)
-        self.max_step_tokens = max_step_tokens or max_seq_len
+        self.max_step_tokens = (
+            default_step_tokens(max_seq_len) if max_step_tokens is None else max_step_tokens
+        )
         self.vocab_size = vocab_size
         self.long_rope_after = long_rope_after
 

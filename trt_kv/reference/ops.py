@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from trt_kv.contract import FLOAT_DTYPES
 from trt_kv.errors import CacheOverflowError, DTypeError, ShapeError, mismatch
 
-CACHE_DTYPES = ("float32", "float16", "bfloat16")
+CACHE_DTYPES = FLOAT_DTYPES  # what the cache-update layer takes
 INDEX_DTYPES = ("int32", "int64")
 
 

@@ -1,7 +1,7 @@
 """Runtime: host cache state, cache storage, backends, the session API and the decode loop.
 
 The runtime knows roles, not models: every backend drives a network by its decoder contract
-(:mod:`trt_kv.builder.contract`). Each model's reference backend (its oracle) lives beside
+(:mod:`trt_kv.contract`). Each model's reference backend (its oracle) lives beside
 the model (``trt_kv.models.llama.reference_backend``, ``trt_kv.models.gpt2.reference``).
 
 GPU backends (``TrtBackend``, ``PolygraphyBackend``) live in :mod:`trt_kv.runtime.gpu` and are

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from trt_kv.builder.contract import DecoderRoles
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, ClosedError, mismatch
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.profiles import select_profile
@@ -108,7 +108,7 @@ def step_feed(
     plan: StepPlan, roles: DecoderRoles, embed: Callable[[StepPlan], np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
     """The non-cache inputs of a step: each input of ``roles`` (the network's decoder
-    contract, :mod:`trt_kv.builder.contract`) with the :class:`StepPlan` array of its role;
+    contract, :mod:`trt_kv.contract`) with the :class:`StepPlan` array of its role;
     the ``embeddings`` role with ``embed(plan)`` (a backend's
     :class:`~trt_kv.runtime.embedding.StepEmbedder`: ``[B, S, D]`` from the step's ids).
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trt_kv.build_defaults import default_step_tokens
 from trt_kv.errors import (
     ArgumentError,
     CacheOverflowError,
@@ -119,7 +120,9 @@ def check_token_ids(name: str, ids: np.ndarray, vocab_size: int | None) -> None:
 
 class CacheState:
     """Lengths of ``capacity`` cache slots of ``max_seq_len`` rows each; token ids are
-    checked against ``vocab_size`` when given."""
+    checked against ``vocab_size`` when given. ``max_step_tokens`` (the widest step
+    :meth:`plan` takes) None: :func:`~trt_kv.build_defaults.default_step_tokens` of
+    ``max_seq_len``, as a built network's."""
 
     def __init__(
         self,
@@ -131,7 +134,7 @@ class CacheState:
         self.capacity = check_int("capacity", capacity, 1)
         self.max_seq_len = check_int("max_seq_len", max_seq_len, 1)
         self.max_step_tokens = (
-            max_seq_len
+            default_step_tokens(self.max_seq_len)
             if max_step_tokens is None
             else check_int("max_step_tokens", max_step_tokens, 1)
         )

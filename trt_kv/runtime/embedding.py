@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from trt_kv import dtypes
-from trt_kv.builder.contract import DecoderRoles
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 from trt_kv.runtime.cache_state import StepPlan
 

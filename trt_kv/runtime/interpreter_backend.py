@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trt_kv.builder.contract import DecoderRoles
 from trt_kv.builder.kv_cache import cache_aliases
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, check_bool, check_int, mismatch
 from trt_kv.interpreter import compile_network
 from trt_kv.runtime.backend import (
@@ -26,7 +26,7 @@ from trt_kv.runtime.storage import HostCaches
 
 class InterpreterBackend:
     """Executes the exact ``INetworkDefinition`` an engine is built from, driven by the
-    network's decoder roles (:mod:`trt_kv.builder.contract`); the interpreter updates the
+    network's decoder roles (:mod:`trt_kv.contract`); the interpreter updates the
     bound cache windows in place, as the GPU does. Each step selects the optimization profile
     an engine would run it with (``profile``: its index), so a shape no profile holds raises
     ShapeError here as on a GPU.

@@ -1,6 +1,6 @@
 """GPT-2 as one TensorRT network for prefill and decode, with the public builder API.
 
-Inputs follow the decoder contract (:mod:`trt_kv.builder.contract`): ``input_ids [B, S]``
+Inputs follow the decoder contract (:mod:`trt_kv.contract`): ``input_ids [B, S]``
 int32, ``position_ids [B, S]`` int64, ``write_indices [B]`` int32, ``last_token_rows [B]``
 int32 (absent with ``all_logits``), ``key_value_lengths [B]`` (with that route option),
 ``past_key.{i}`` / ``past_value.{i}`` ``[B, N, S_max, H]``. Outputs: ``logits [B, V]``
@@ -21,9 +21,10 @@ import numpy as np
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
-from trt_kv.builder.contract import DecoderRoles, decoder_profiles, decoder_roles, name_dimensions
+from trt_kv.builder.contract import decoder_profiles, decoder_roles, name_dimensions
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights

@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trt_kv import dtypes
+from trt_kv import contract, dtypes
 from trt_kv._trt import trt
 from trt_kv.build_defaults import DEVICE_TOP_K
-from trt_kv.builder.contract import NEXT_TOKEN, TOP_IDS, TOP_LOGITS
-from trt_kv.errors import ArgumentError, check_int, mismatch
+from trt_kv.contract import NEXT_TOKEN, TOP_IDS, TOP_LOGITS
 
 TOP_K_MOST = 3840  # the largest static k of TensorRT's ITopKLayer
 
@@ -139,8 +138,7 @@ class Graph:
 
 
 def check_device_top_k(k: object, vocab: int, all_logits: bool) -> int:
-    """``k`` as a ``device_top_k`` (see :meth:`Graph.logits`). Raises ArgumentError."""
-    k = check_int("device_top_k", k, 0, min(vocab, TOP_K_MOST))
-    if k and all_logits:
-        raise ArgumentError(mismatch("device_top_k", "0 with all_logits", "", k))
-    return k
+    """``k`` as a ``device_top_k`` (see :meth:`Graph.logits`): the contract's rule
+    (:func:`trt_kv.contract.check_device_top_k`) within TensorRT's largest k. Raises
+    ArgumentError."""
+    return contract.check_device_top_k(k, vocab, all_logits, most=TOP_K_MOST)

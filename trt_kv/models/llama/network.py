@@ -42,13 +42,13 @@ from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
 from trt_kv.builder import Profile, add_model_caches, create_network
 from trt_kv.builder.contract import (
-    DecoderRoles,
     decoder_profiles,
     decoder_roles,
     name_dimensions,
 )
 from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
 from trt_kv.models.layers.graph import Graph, check_device_top_k
@@ -156,7 +156,7 @@ class LlamaNetwork:
     all_logits: bool
     routes: Routes  # resolved: no "auto" left
     keep: list[np.ndarray]  # arrays the constants point at (held as long as the network is)
-    roles: DecoderRoles  # the decoder contract (trt_kv.builder.contract): what a runtime reads
+    roles: DecoderRoles  # the decoder contract (trt_kv.contract): what a runtime reads
     weight_format: str | None = None  # None: every weight in ``dtype``
     weight_storage: dict | None = None  # how each weight is held (see weight_storage())
 
@@ -194,7 +194,7 @@ def build_llama_network(
         max_seq_len: S_max of every cache (static).
         max_batch: B upper bound of the optimization profiles.
         max_step_tokens: S upper bound of one step (longer prompts are prefilled in chunks;
-            None: ``min(128, max_seq_len)``, :mod:`trt_kv.build_defaults`).
+            None: :func:`trt_kv.build_defaults.default_step_tokens`).
         dtype: "float16", "bfloat16" or "float32" for weights and activations.
         all_logits: output logits of every position ``[B, S, V]`` instead of the last ``[B, V]``.
         routes: the route of each part; "auto" (the default) takes the best the installed

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trt_kv._trt import logger, trt
-from trt_kv.builder.contract import DecoderRoles, check_roles
+from trt_kv.contract import DecoderRoles, check_roles
 from trt_kv.engine_file import EngineMeta, check_engine_io, load_engine_file
 from trt_kv.errors import EngineFileError, TrtKvError, check_int, mismatch
 from trt_kv.runtime.gpu.cuda import require_gpu, require_tensorrt_gpu
 
 
 def check_decoder_engine(path: str | Path, meta: EngineMeta) -> DecoderRoles:
-    """The decoder roles of an engine's sidecar (:mod:`trt_kv.builder.contract`: what a
+    """The decoder roles of an engine's sidecar (:mod:`trt_kv.contract`: what a
     session backend reads), checked against the sidecar's inputs and outputs.
 
     Raises:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from trt_kv import dtypes
-from trt_kv.builder.contract import DecoderRoles
+from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ShapeError, mismatch
 from trt_kv.runtime.gpu.cuda import DeviceBuffer, PinnedBuffer
 from trt_kv.runtime.gpu.device import ALIGNMENT

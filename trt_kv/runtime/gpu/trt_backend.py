@@ -54,7 +54,7 @@ from typing import Literal
 import numpy as np
 
 from trt_kv._trt import trt
-from trt_kv.builder.contract import TOP_LOGITS
+from trt_kv.contract import TOP_LOGITS
 from trt_kv.errors import ArgumentError, EngineRunError, mismatch
 from trt_kv.runtime.backend import (
     Candidates,
