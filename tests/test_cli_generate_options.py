@@ -9,6 +9,7 @@ from cli_user import run_cli, write_tiny_model, write_tiny_tokenizer
 from test_cli import run_json
 
 from trt_kv.cli import main
+from trt_kv.errors import ArgumentError
 from trt_kv.runtime.penalty import penalize_repetitions
 
 
@@ -85,6 +86,16 @@ def test_a_penalty_not_above_zero_is_refused(bad, capsys):
         code = e.code
     assert code == 2
     assert "--repetition-penalty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("penalty", [1e-300, 0.000999, 1000.001])
+def test_a_penalty_outside_a_thousandth_to_a_thousand_is_refused_before_the_logits(penalty):
+    """Past these the float32 factor is 0 or inf (1e-300: the logits inf, the softmax NaN)."""
+    logits = np.ones((1, 4), np.float32)
+    with pytest.raises(ArgumentError) as err:
+        penalize_repetitions(logits, [[1]], penalty)
+    expected = "repetition_penalty: expected a finite number in [0.001, 1000.0], got "
+    assert str(err.value) == expected + str(penalty)
 
 
 def test_penalty_on_the_default_model_gives_hugging_faces_ids(hf_smollm2, capsys):
