@@ -205,3 +205,10 @@ def check_model(args: argparse.Namespace) -> None:
     seq, step = getattr(args, "max_seq_len", None), getattr(args, "max_step_tokens", None)
     if seq is not None and step is not None and step > seq:
         raise ArgumentError(mismatch("--max-step-tokens", f"<= --max-seq-len = {seq}", "", step))
+
+
+def not_utf8(name: str, err: UnicodeDecodeError, where: str) -> ArgumentError:
+    """The refusal of input text that is not UTF-8 (a prompt file, stdin): ``"<name>:
+    expected UTF-8 text, got byte 0xff <where>"``, ``where`` saying where the byte is."""
+    byte = err.object[err.start : err.start + 1].hex()
+    return ArgumentError(mismatch(name, "UTF-8 text", "", f"byte 0x{byte} {where}".rstrip()))
