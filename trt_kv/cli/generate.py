@@ -147,18 +147,34 @@ def unknown_ids_note(tokenizer: object, ids: list[list[int]]) -> str | None:
 
 
 class Stream:
-    """Writes sequence 0's text to stdout as its tokens arrive (whole characters only)."""
+    """Writes sequence 0's text to stdout as its tokens arrive (whole characters only);
+    ``ids`` are those it was given so far. :meth:`end` ends the line.
+
+    ``Stream.line_open`` (one for the process, as stdout is one) is True while a streamed
+    line is not ended: the Ctrl-C handler (:func:`trt_kv.cli.main`) ends it before it speaks.
+    """
+
+    line_open = False
 
     def __init__(self, tokenizer: object) -> None:
         self.tokenizer = tokenizer
         self.decoder = tokenizer.stream()
+        self.ids: list[int] = []
 
     def __call__(self, k: int, token: int) -> None:
         if k == 0:
+            self.ids.append(token)  # first: a Ctrl-C after the write finds it here
             piece = self.decoder.step(token)
             if piece:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
+                Stream.line_open = not piece.endswith("\n")
+
+    @staticmethod
+    def end() -> None:
+        """Ends the streamed line (a newline on stdout, flushed), whatever was streamed."""
+        print(flush=True)
+        Stream.line_open = False
 
 
 def new_tokens(args: argparse.Namespace, prompts: list[list[int]]) -> int:
@@ -242,7 +258,7 @@ def generate_and_print(
         out["finish_reason"] = list(result.finish_reasons)
         print(json.dumps({**out, **timings(result)}))
     elif stream is not None:
-        print()
+        stream.end()
         print(summary, file=sys.stderr)
     elif text_mode:
         for k, text in enumerate(texts):
