@@ -5,8 +5,8 @@ JSON lines are a batch, one prompt per non-empty line, each a JSON string or an 
 object, or when its first is a JSON object; a line of a JSON-lines file that holds no prompt
 (``{"promt": ...}``, or a line that is not JSON after an object) is refused by its number.
 Any other file is one prompt, its whole text (one trailing newline dropped, as an editor or
-``echo`` adds it). A UTF-8 byte order mark at the start is dropped;
-text that is not UTF-8 is refused naming the first bad byte. Imports nothing heavy.
+``echo`` adds it). A UTF-8 byte order mark at the start is dropped; text that is not UTF-8
+is refused naming the first bad byte. Imports nothing heavy.
 """
 
 from __future__ import annotations
