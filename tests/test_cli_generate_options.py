@@ -104,6 +104,32 @@ def test_prompt_file_stdin_that_is_not_utf8_is_one_line_naming_the_byte(talking_
     )
 
 
+TEXT_ASK = ["--backend", "reference", "--max-new-tokens", "3", "--prompt", "w5 w17 w42"]
+
+
+def test_a_text_prompt_is_put_in_the_chat_template_when_the_model_has_one(talking_model, capsys):
+    default = run_json(capsys, "--model", str(talking_model), *TEXT_ASK)
+    chat = run_json(capsys, "--model", str(talking_model), *TEXT_ASK, "--chat")
+    assert (default["ids"], default["prefill"]["tokens"]) == (chat["ids"], 8)  # 3 + 5 of chat
+
+
+def test_no_chat_completes_the_raw_text(talking_model, capsys):
+    out = run_json(capsys, "--model", str(talking_model), *TEXT_ASK, "--no-chat")
+    assert out["prefill"]["tokens"] == 3
+
+
+def test_a_model_without_a_chat_template_completes_the_raw_text_silently(tmp_path, capsys):
+    model = write_tiny_tokenizer(write_tiny_model(tmp_path / "plain"))
+    (model / "tokenizer_config.json").unlink()
+    assert main(["generate", "--model", str(model), *TEXT_ASK, "--json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert (json.loads(out)["prefill"]["tokens"], err) == (3, "")
+    assert main(["generate", "--model", str(model), *TEXT_ASK, "--chat"]) == 2
+    assert capsys.readouterr().err == (
+        "trt-kv: error: --chat: expected a model with a chat template, got none\n"
+    )
+
+
 def test_penalty_equals_transformers_repetition_penalty_processor():
     import torch
     from transformers import RepetitionPenaltyLogitsProcessor

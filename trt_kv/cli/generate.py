@@ -40,7 +40,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
         help="text prompt (repeat for a batch; replaces --prompt-ids); the answer streams",
     )
     p.add_argument(
-        "--chat", action="store_true", help="wrap each --prompt in the model's chat template"
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=None,  # None: the chat template when the model has one, else the raw text
+        help="wrap each --prompt in the model's chat template as a user message (default: "
+        "when the model has one; --chat refuses a model without one; --no-chat: complete "
+        "the raw text; --prompt-ids stay raw)",
     )
     options.add_sampling_arguments(p, MAX_NEW_TOKENS_HELP)
     options.add_device_arguments(p)
@@ -96,14 +101,14 @@ def take_prompt_file(args: argparse.Namespace) -> None:
 
 
 def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
-    """``(prompt ids, tokenizer or None)``: ``--prompt`` texts (chat-templated with
-    ``--chat``) through the model's tokenizer, else ``--prompt-ids`` (decoded with the
-    tokenizer when the model has one).
+    """``(prompt ids, tokenizer or None)``: ``--prompt`` texts through the model's
+    tokenizer, each as a user message in its chat template (:func:`uses_chat_template`),
+    else ``--prompt-ids`` as given (decoded with the tokenizer when the model has one).
 
     Raises:
         ArgumentError: as :func:`check_prompt_options`, text without a token, ids outside
-            the vocabulary. ConfigError: text for a model with no tokenizer (or no chat
-            template).
+            the vocabulary. ConfigError: text for a model with no tokenizer (or ``--chat``
+            for one with no chat template).
     """
     from trt_kv.errors import ConfigError
 
@@ -117,7 +122,7 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
         check_vocabulary(prompts, model.config.vocab_size, "--prompt-ids")
         return prompts, tokenizer
     tokenizer = model.checkpoint.tokenizer()
-    if args.chat:
+    if uses_chat_template(args, tokenizer):
         chats = [[{"role": "user", "content": text}] for text in args.prompt]
         prompts = [tokenizer.encode_chat(c) for c in chats]
     else:
@@ -129,6 +134,14 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
             )
     check_vocabulary(prompts, model.config.vocab_size, "--prompt")
     return prompts, tokenizer
+
+
+def uses_chat_template(args: argparse.Namespace, tokenizer: object) -> bool:
+    """Whether ``--prompt`` texts go through the chat template, as llama-cli does: by
+    default when the model has one (an instruct model asked a raw question may answer with
+    its end id at once: nothing), ``--chat`` always (a model without one is then refused),
+    ``--no-chat`` never. A model without one completes the raw text, unannounced."""
+    return bool(tokenizer.chat_template) if args.chat is None else args.chat
 
 
 def unknown_ids_note(tokenizer: object, ids: list[list[int]]) -> str | None:
