@@ -75,6 +75,15 @@ def test_a_system_prompt_with_no_room_for_a_turn_is_refused_at_start(talking_mod
     )
 
 
+def test_a_max_seq_len_with_no_room_for_a_turn_is_refused_at_start(talking_model):
+    out = run_cli("chat", "--model", talking_model, *ASK, "--max-seq-len", "5", check=False)
+    assert (out.returncode, out.stdout) == (2, "")  # "w1 w3 ? w1 w1 w4": 6 tokens
+    assert out.stderr == (
+        "trt-kv: error: --max-seq-len: expected room for one turn of the chat template: "
+        "at least 6, got 5\n"
+    )
+
+
 def test_a_system_prompt_leaving_room_for_one_token_gets_a_one_token_answer(talking_model):
     system = " ".join(["w7"] * 55)  # 64 tokens with a one-word message: room for 1 more
     answers, _ = chat(talking_model, "w5\n", "--max-seq-len", "64", "--system", system)

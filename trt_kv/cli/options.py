@@ -40,7 +40,7 @@ def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens_help: str)
         type=repetition_penalty,
         default=1.0,
         help="divide (multiply, if negative) the logit of every id already in a sequence by P, "
-        "as transformers' repetition_penalty (1: none; refused outside [0.001, 1000])",
+        "as transformers' repetition_penalty (1: none; refused outside its range, shown)",
     )
 
 
