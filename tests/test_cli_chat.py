@@ -2,8 +2,11 @@
 template (the tiny checkpoint's ChatML-like one, ``cli_user.TINY_CHAT_TEMPLATE``), /reset,
 /exit, streamed answers on stdout, one speed line per answer on stderr."""
 
+import subprocess
+import sys
+
 import pytest
-from cli_user import run_cli, write_tiny_model, write_tiny_tokenizer
+from cli_user import run_cli, user_env, write_tiny_model, write_tiny_tokenizer
 from test_cli import run_json
 
 ASK = ["--backend", "reference", "--max-new-tokens", "3", "--ignore-eos", "-q"]
@@ -58,3 +61,46 @@ def test_chat_without_a_chat_template_is_one_line(tmp_path):
     out = run_cli("chat", "--model", model, *ASK, stdin="w5\n", check=False)
     assert out.returncode == 2
     assert out.stderr.startswith("trt-kv: error: --chat: expected a model with a chat template")
+
+
+def test_a_system_prompt_with_no_room_for_a_turn_is_refused_at_start(talking_model):
+    system = " ".join(["w7"] * 56)  # with a one-word message: 2 + 56 + 1, 4, 2 = 65 tokens
+    argv = ["--max-seq-len", "64", "--system", system]
+    out = run_cli("chat", "--model", talking_model, *ASK, *argv, stdin="w5\n", check=False)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "trt-kv: error: --system: expected a system prompt leaving room for a turn in "
+        "--max-seq-len (S_max) 64: with a one-character message and the answer's first token "
+        "at most 64 tokens, got 65 tokens\n"
+    )
+
+
+def test_a_max_seq_len_with_no_room_for_a_turn_is_refused_at_start(talking_model):
+    out = run_cli("chat", "--model", talking_model, *ASK, "--max-seq-len", "5", check=False)
+    assert (out.returncode, out.stdout) == (2, "")  # "w1 w3 ? w1 w1 w4": 6 tokens
+    assert out.stderr == (
+        "trt-kv: error: --max-seq-len: expected room for one turn of the chat template: "
+        "at least 6, got 5\n"
+    )
+
+
+def test_a_system_prompt_leaving_room_for_one_token_gets_a_one_token_answer(talking_model):
+    system = " ".join(["w7"] * 55)  # 64 tokens with a one-word message: room for 1 more
+    answers, _ = chat(talking_model, "w5\n", "--max-seq-len", "64", "--system", system)
+    assert [len(a.split()) for a in answers] == [1]
+
+
+def test_chat_stdin_that_is_not_utf8_is_one_line_naming_the_line_and_byte(talking_model):
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_kv", "chat", "--model", str(talking_model), *ASK],
+        input=b"w5\nw9 \xff\n",
+        capture_output=True,
+        env=user_env(PYTHONIOENCODING="utf-8"),  # strict decoding, whatever the locale
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert len(out.stdout.decode().split()) == 3  # the first message was answered
+    assert out.stderr.decode().splitlines()[-1] == (
+        "trt-kv: error: stdin: expected UTF-8 text, got byte 0xff at offset 3 of line 2"
+    )
+    assert "Traceback" not in out.stderr.decode()

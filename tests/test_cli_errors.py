@@ -12,6 +12,7 @@ from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 from trt_kv.runtime.host_memory import available_host_bytes
 
 TEMPERATURE = "argument --temperature: expected 0 (greedy) or a number in [0.001, 1000], got "
+PENALTY = "argument --repetition-penalty: expected a finite number in [0.001, 1000.0], got "
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,8 @@ def error_of(capsys, *argv):
             "--top-p: expected --temperature > 0 (greedy decoding ignores it), got 0",
         ),
         (["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
+        (["--repetition-penalty", "1e-300", "--temperature", "1"], PENALTY + "1e-300"),  # NaN
+        (["--repetition-penalty", "1001"], PENALTY + "1001"),
         (["--backend", "cuda"], "argument --backend: invalid choice: 'cuda'"),
     ],
 )
@@ -402,7 +405,7 @@ def test_a_dependency_that_does_not_import_is_one_line_naming_it(tiny_model):
         ),
         ("generate", ["--prompt-file", "{tmp}/none.txt"], "--prompt-file: "),
         ("chat", ["--top-k", "3"], "--top-k: "),
-        ("generate", ["--repetition-penalty", "0"], "--repetition-penalty: "),
+        ("generate", ["--repetition-penalty", "0"], "argument --repetition-penalty: "),
     ],
 )
 def test_arguments_judged_without_the_model_are_refused_before_it_loads(

@@ -2,13 +2,17 @@
 on a tiny checkpoint (the penalty also on the default model, against transformers)."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from cli_user import run_cli, write_tiny_model, write_tiny_tokenizer
+from cli_user import run_cli, user_env, write_tiny_model, write_tiny_tokenizer
 from test_cli import run_json
 
 from trt_kv.cli import main
+from trt_kv.cli.prompt_file import parse_prompts, read_prompts
+from trt_kv.errors import ArgumentError
 from trt_kv.runtime.penalty import penalize_repetitions
 
 
@@ -58,6 +62,74 @@ def test_prompt_file_from_a_path_with_the_chat_template(talking_model, tmp_path,
     assert (out["ids"], out["prefill"]["tokens"]) == (expected["ids"], 8)  # 3 words + 5 of chat
 
 
+def test_a_json_lines_prompt_file_with_a_mistyped_key_names_the_line():
+    text = '{"prompt": "w5 w17"}\n\n{"promt": "w9"}\n{"prompt": "w3"}\n'
+    with pytest.raises(ArgumentError) as err:
+        parse_prompts(text)
+    assert str(err.value) == (
+        '--prompt-file line 3: expected JSON lines, each a string or an object with a "prompt" '
+        'string, got an object with keys "promt"'
+    )
+
+
+def test_a_json_lines_prompt_file_with_a_line_that_is_not_json_names_the_line():
+    with pytest.raises(
+        ArgumentError,
+        match=r"^--prompt-file line 2: expected JSON lines, .*"
+        r"got text that is not JSON: 'w9 w3'$",
+    ):
+        parse_prompts('{"prompt": "w5 w17"}\nw9 w3\n')
+
+
+def test_a_prompt_file_saved_with_a_utf8_bom_is_read_without_it(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes('{"prompt": "w5 w17"}\n"w9"\n'.encode("utf-8-sig"))
+    assert read_prompts(path) == ["w5 w17", "w9"]
+    path.write_bytes("w5 w17\n".encode("utf-8-sig"))
+    assert read_prompts(path) == ["w5 w17"]
+
+
+def test_prompt_file_stdin_that_is_not_utf8_is_one_line_naming_the_byte(talking_model):
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_kv", "generate", "--model", str(talking_model),
+         "--prompt-file", "-"],
+        input=b"w5 w17 \xff w9\n",
+        capture_output=True,
+        env=user_env(PYTHONIOENCODING="utf-8"),  # strict decoding, whatever the locale
+        check=False,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout) == (2, b""), out.stderr
+    assert out.stderr.decode() == (
+        "trt-kv: error: --prompt-file: expected UTF-8 text, got byte 0xff at offset 7 of stdin\n"
+    )
+
+
+TEXT_ASK = ["--backend", "reference", "--max-new-tokens", "3", "--prompt", "w5 w17 w42"]
+
+
+def test_a_text_prompt_is_put_in_the_chat_template_when_the_model_has_one(talking_model, capsys):
+    default = run_json(capsys, "--model", str(talking_model), *TEXT_ASK)
+    chat = run_json(capsys, "--model", str(talking_model), *TEXT_ASK, "--chat")
+    assert (default["ids"], default["prefill"]["tokens"]) == (chat["ids"], 8)  # 3 + 5 of chat
+
+
+def test_no_chat_completes_the_raw_text(talking_model, capsys):
+    out = run_json(capsys, "--model", str(talking_model), *TEXT_ASK, "--no-chat")
+    assert out["prefill"]["tokens"] == 3
+
+
+def test_a_model_without_a_chat_template_completes_the_raw_text_silently(tmp_path, capsys):
+    model = write_tiny_tokenizer(write_tiny_model(tmp_path / "plain"))
+    (model / "tokenizer_config.json").unlink()
+    assert main(["generate", "--model", str(model), *TEXT_ASK, "--json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert (json.loads(out)["prefill"]["tokens"], err) == (3, "")
+    assert main(["generate", "--model", str(model), *TEXT_ASK, "--chat"]) == 2
+    assert capsys.readouterr().err == (
+        "trt-kv: error: --chat: expected a model with a chat template, got none\n"
+    )
+
+
 def test_penalty_equals_transformers_repetition_penalty_processor():
     import torch
     from transformers import RepetitionPenaltyLogitsProcessor
@@ -85,6 +157,16 @@ def test_a_penalty_not_above_zero_is_refused(bad, capsys):
         code = e.code
     assert code == 2
     assert "--repetition-penalty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("penalty", [1e-300, 0.000999, 1000.001])
+def test_a_penalty_outside_a_thousandth_to_a_thousand_is_refused_before_the_logits(penalty):
+    """Past these the float32 factor is 0 or inf (1e-300: the logits inf, the softmax NaN)."""
+    logits = np.ones((1, 4), np.float32)
+    with pytest.raises(ArgumentError) as err:
+        penalize_repetitions(logits, [[1]], penalty)
+    expected = "repetition_penalty: expected a finite number in [0.001, 1000.0], got "
+    assert str(err.value) == expected + str(penalty)
 
 
 def test_penalty_on_the_default_model_gives_hugging_faces_ids(hf_smollm2, capsys):

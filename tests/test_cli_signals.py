@@ -2,6 +2,7 @@
 shows as status 130) and host memory running out (one line, exit 1), never a traceback. Real
 child processes: a real SIGINT, a real address-space limit (``RLIMIT_AS``)."""
 
+import os
 import resource
 import signal
 import subprocess
@@ -10,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_user import user_env, write_tiny_model
+from cli_user import user_env, write_tiny_model, write_tiny_tokenizer
+from test_cli import run_json
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 
@@ -71,6 +73,107 @@ def test_ctrl_c_is_one_line_then_the_process_ends_by_sigint(tiny_model):
     assert child.returncode == -signal.SIGINT, err
     assert err == "trt-kv: interrupted\n"  # stderr is a pipe: no newline before it
     assert out == ""  # generated ids are printed at the end, which never came
+
+
+@pytest.fixture(scope="module")
+def talking_model(tmp_path_factory):
+    return write_tiny_tokenizer(write_tiny_model(tmp_path_factory.mktemp("talking")))
+
+
+# Answers of ~60 s (99,990 tokens) on the reference backend: only Ctrl-C ends them.
+LONG_ANSWERS = ["--backend", "reference", "--max-seq-len", "100000", "--max-new-tokens",
+                "99990", "--ignore-eos", "-q"]  # fmt: skip
+
+
+class _User:
+    """A ``trt-kv`` child on pipes (stderr apart, or merged into stdout as ``2>&1``), read
+    as its user reads it: stdout as it streams, stderr a line at a time."""
+
+    def __init__(self, *argv: object, merged: bool = False) -> None:
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "trt_kv", *map(str, argv)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+            env=user_env(),
+            preexec_fn=_as_at_a_terminal,
+        )
+        self.out = b""  # stdout read so far and not yet taken by line()
+
+    def say(self, text: str) -> None:
+        self.child.stdin.write(f"{text}\n".encode())
+        self.child.stdin.flush()
+
+    def err_line(self) -> str:
+        return self.child.stderr.readline().decode()
+
+    def read_until(self, done) -> str:
+        """Stdout until ``done(text read so far)``; the text."""
+        while not done(self.out.decode()):
+            data = os.read(self.child.stdout.fileno(), 4096)
+            assert data, (self.out, self.child.wait(), self.child.stderr.read())
+            self.out += data
+        return self.out.decode()
+
+    def line(self) -> str:
+        """The next whole stdout line (without its newline), once it has ended."""
+        self.read_until(lambda text: "\n" in text)
+        line, _, self.out = self.out.partition(b"\n")
+        return line.decode()
+
+    def words(self, n: int) -> None:
+        """Wait until the streamed line holds more than ``n`` words (``n`` of them whole)."""
+        self.read_until(lambda text: len(text.partition("\n")[0].split()) > n)
+
+    def __enter__(self) -> "_User":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.child.kill()  # a no-op once it has exited
+
+
+def test_ctrl_c_in_a_chat_answer_stops_it_and_keeps_it_in_the_conversation(talking_model, capsys):
+    with _User("chat", "--model", talking_model, *LONG_ANSWERS) as user:
+        assert user.err_line().startswith("chat on reference: ")
+        user.say("w5 w17")
+        user.words(2)
+        user.child.send_signal(signal.SIGINT)
+        stopped = user.err_line()
+        first = user.line()
+        said = [int(w[1:]) for w in first.split()]
+        assert stopped == f"(answer stopped: {len(said)} tokens kept in the conversation)\n"
+        user.say("w9")  # answered after the kept history
+        user.words(3)
+        user.child.send_signal(signal.SIGINT)
+        assert user.err_line().startswith("(answer stopped: ")
+        second = user.line()
+        user.child.stdin.close()  # Ctrl-D: the end of the conversation
+        assert user.child.wait(timeout=60) == 0
+    history = [1, 3, 5, 17, 1, 1, 4, *said, 1, 1, 3, 9, 1, 1, 4]  # the template's ids
+    ask = ["--model", str(talking_model), "--prompt-ids", ",".join(map(str, history))]
+    ask += ["--backend", "reference", "--max-seq-len", "100000", "--max-new-tokens", "3"]
+    expected = run_json(capsys, *ask, "--ignore-eos")["ids"][0]
+    assert second.split()[:3] == [f"w{i}" for i in expected]
+
+
+def test_ctrl_c_at_the_chat_prompt_quits_with_status_0(talking_model):
+    with _User("chat", "--model", talking_model, *LONG_ANSWERS) as user:
+        assert user.err_line().startswith("chat on reference: ")  # then it waits on stdin
+        user.child.send_signal(signal.SIGINT)
+        out, err = user.child.communicate(timeout=60)
+    assert (user.child.returncode, out, err) == (0, b"", b"")
+
+
+def test_ctrl_c_during_a_streamed_answer_ends_its_line_before_the_message(talking_model):
+    argv = ["generate", "--model", talking_model, "--prompt", "w5 w17", *LONG_ANSWERS]
+    with _User(*argv, merged=True) as user:  # 2>&1: one pipe, as a terminal shows both
+        user.words(2)
+        user.child.send_signal(signal.SIGINT)
+        out, _ = user.child.communicate(timeout=60)
+    lines = (user.out + out).decode().split("\n")
+    assert user.child.returncode == -signal.SIGINT
+    assert lines[1:] == ["trt-kv: interrupted", ""]
+    assert all(w.startswith("w") for w in lines[0].split())  # the answer, and only it
 
 
 # A real SIGINT at a chosen point: the moment the parser imports the subcommand's module.

@@ -201,6 +201,13 @@ def test_a_tie_that_reaches_the_last_candidate_is_left_to_the_logits():
     assert Sampler().choose(*_candidates(TIED, 3)).tolist() == [0]  # greedy: settled
 
 
+@pytest.mark.parametrize("top_k", [3, 9])
+def test_top_k_past_the_candidates_keeps_them_all_and_is_left_to_the_logits(top_k):
+    # 2 candidates, top_k 3 (or past the vocabulary): min(top_k, 2) as TopKLogitsWarper's
+    # min(top_k, V); every candidate is kept, the last one too, so tokens past them may be
+    assert Sampler(temperature=1.0, top_k=top_k).choose(*_candidates(TIED, 2)) is None
+
+
 class _TiedLogits:
     """A user backend whose every step's logits are TIED (a model with exact ties), with
     the optional ``run_top_k`` of ``device_top_k`` candidates a network would give."""

@@ -90,7 +90,8 @@ def test_saved_folder_tokenizer_encodes_the_same(tokenizer, hf_saved_folder):
 def test_generate_prompt_on_the_default_model_json_gives_ids_and_text(
     smollm2_gguf, hf_tokenizer, capsys
 ):
-    argv = ["generate", "--prompt", PLAIN_PROMPT, "--max-new-tokens", "6", "--ignore-eos"]
+    argv = ["generate", "--prompt", PLAIN_PROMPT, "--no-chat", "--max-new-tokens", "6"]
+    argv += ["--ignore-eos"]
     argv += ["--backend", "reference", "--max-seq-len", "32", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -116,6 +117,13 @@ def test_saved_folder_builds_unchanged(hf_saved_folder, tmp_path, capsys):
     assert main(argv) == 0
     [engine] = tmp_path.glob(f"{hf_saved_folder.name}-*-float16*.engine")
     assert engine.name in capsys.readouterr().out
+
+
+def test_a_question_to_the_default_model_is_answered_in_its_chat_template(smollm2_gguf, capsys):
+    """No --chat needed (it printed nothing: the raw question's first token was <|im_end|>)."""
+    argv = ["generate", "--prompt", CHAT_QUESTION, "--backend", "reference"]
+    assert main([*argv, "--max-seq-len", "64", "--max-new-tokens", "16"]) == 0
+    assert capsys.readouterr().out == CHAT_ANSWER + "\n"
 
 
 def test_saved_folder_chat_streams_the_hugging_face_answer_and_stops_at_eos(

@@ -146,6 +146,20 @@ def _failed_package(e: ImportError) -> str:
     return (name or "").partition(".")[0]
 
 
+def _end_streamed_line() -> bool:
+    """End the line a streamed answer left open on stdout, if any (a newline); True when
+    stdout is the terminal too, so that its newline also ended the line "^C" is on.
+    Looked up, not imported: an import here could meet the Ctrl-C again."""
+    generate = sys.modules.get("trt_kv.cli.generate")
+    if generate is None or not generate.Stream.line_open:
+        return False
+    try:
+        generate.Stream.end()
+    except OSError:  # stdout closed (the reader left): nothing to end
+        return False
+    return sys.stdout.isatty()
+
+
 def chosen(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` names: its first word (the top-level options take no value),
     or None (``--help``, ``--version``, none, or a word that is no subcommand)."""
@@ -177,9 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trt-kv: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Ctrl-C is the user's choice, not a failure to explain: no traceback. On a terminal
-        # a newline first ends the line its "^C" (or streamed text) left open.
-        opened = "\n" if sys.stderr.isatty() else ""
+        # Ctrl-C is the user's choice, not a failure to explain: no traceback. A streamed
+        # answer's line is ended first (on stdout, where it is open), else on a terminal
+        # a newline ends the line its "^C" left open: the message starts its own line.
+        ended_terminal_line = _end_streamed_line()
+        opened = "\n" if sys.stderr.isatty() and not ended_terminal_line else ""
         print(f"{opened}trt-kv: interrupted", file=sys.stderr)
         return INTERRUPTED
     except MemoryError as e:  # a step's activations, a cache, a table sized past the RAM

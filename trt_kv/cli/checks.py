@@ -62,23 +62,31 @@ def real(lo: float, hi: float | None = None) -> Callable[[str], float]:
     return parse
 
 
-def temperature(text: str) -> float:
-    """argparse type: ``--temperature``, 0 (greedy) or a number in
-    :data:`trt_kv.runtime.sampling.TEMPERATURES` (the sampler's own check)."""
-    from trt_kv.errors import ArgumentError
-    from trt_kv.runtime.sampling import check_temperature
+def runtime_checked(module: str, check: str) -> Callable[[str], float]:
+    """argparse type: a number that the runtime's own ``module.check`` accepts (imported
+    when the option is given: the range is checked at one place); its message, less the
+    runtime's name for the value, is argparse's, which names the option."""
 
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    try:
-        return check_temperature(value)
-    except ArgumentError as err:  # "temperature: expected ...": argparse names the option
-        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+    def parse(text: str) -> float:
+        import importlib
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        try:
+            return getattr(importlib.import_module(module), check)(value)
+        except ArgumentError as err:  # "temperature: expected ...": argparse names the option
+            raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+
+    parse.__name__ = check.removeprefix("check_")
+    return parse
 
 
-temperature.__name__ = "temperature"
+# --temperature: 0 (greedy) or a number in trt_kv.runtime.sampling.TEMPERATURES
+temperature = runtime_checked("trt_kv.runtime.sampling", "check_temperature")
+# --repetition-penalty: a number in trt_kv.runtime.penalty.PENALTIES
+repetition_penalty = runtime_checked("trt_kv.runtime.penalty", "check_repetition_penalty")
 
 
 def routes(text: str) -> object:
@@ -197,3 +205,10 @@ def check_model(args: argparse.Namespace) -> None:
     seq, step = getattr(args, "max_seq_len", None), getattr(args, "max_step_tokens", None)
     if seq is not None and step is not None and step > seq:
         raise ArgumentError(mismatch("--max-step-tokens", f"<= --max-seq-len = {seq}", "", step))
+
+
+def not_utf8(name: str, err: UnicodeDecodeError, where: str) -> ArgumentError:
+    """The refusal of input text that is not UTF-8 (a prompt file, stdin): ``"<name>:
+    expected UTF-8 text, got byte 0xff <where>"``, ``where`` saying where the byte is."""
+    byte = err.object[err.start : err.start + 1].hex()
+    return ArgumentError(mismatch(name, "UTF-8 text", "", f"byte 0x{byte} {where}".rstrip()))

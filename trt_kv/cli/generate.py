@@ -44,7 +44,12 @@ def add_generation_arguments(
         help="text prompt (repeat for a batch; replaces --prompt-ids); the answer streams",
     )
     p.add_argument(
-        "--chat", action="store_true", help="wrap each --prompt in the model's chat template"
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=None,  # None: the chat template when the model has one, else the raw text
+        help="wrap each --prompt in the model's chat template as a user message (default: "
+        "when the model has one; --chat refuses a model without one; --no-chat: complete "
+        "the raw text; --prompt-ids stay raw)",
     )
     options.add_sampling_arguments(p, max_new_tokens_help)
     options.add_device_arguments(p)
@@ -100,14 +105,14 @@ def take_prompt_file(args: argparse.Namespace) -> None:
 
 
 def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]], object | None]:
-    """``(prompt ids, tokenizer or None)``: ``--prompt`` texts (chat-templated with
-    ``--chat``) through the model's tokenizer, else ``--prompt-ids`` (decoded with the
-    tokenizer when the model has one).
+    """``(prompt ids, tokenizer or None)``: ``--prompt`` texts through the model's
+    tokenizer, each as a user message in its chat template (:func:`uses_chat_template`),
+    else ``--prompt-ids`` as given (decoded with the tokenizer when the model has one).
 
     Raises:
         ArgumentError: as :func:`check_prompt_options`, text without a token, ids outside
-            the vocabulary. ConfigError: text for a model with no tokenizer (or no chat
-            template).
+            the vocabulary. ConfigError: text for a model with no tokenizer (or ``--chat``
+            for one with no chat template).
     """
     from trt_kv.errors import ConfigError
 
@@ -121,7 +126,7 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
         check_vocabulary(prompts, model.config.vocab_size, "--prompt-ids")
         return prompts, tokenizer
     tokenizer = model.checkpoint.tokenizer()
-    if args.chat:
+    if uses_chat_template(args, tokenizer):
         chats = [[{"role": "user", "content": text}] for text in args.prompt]
         prompts = [tokenizer.encode_chat(c) for c in chats]
     else:
@@ -133,6 +138,14 @@ def prompts_of(args: argparse.Namespace, model: Model) -> tuple[list[list[int]],
             )
     check_vocabulary(prompts, model.config.vocab_size, "--prompt")
     return prompts, tokenizer
+
+
+def uses_chat_template(args: argparse.Namespace, tokenizer: object) -> bool:
+    """Whether ``--prompt`` texts go through the chat template, as llama-cli does: by
+    default when the model has one (an instruct model asked a raw question may answer with
+    its end id at once: nothing), ``--chat`` always (a model without one is then refused),
+    ``--no-chat`` never. A model without one completes the raw text, unannounced."""
+    return bool(tokenizer.chat_template) if args.chat is None else args.chat
 
 
 def unknown_ids_note(tokenizer: object, ids: list[list[int]]) -> str | None:
@@ -151,18 +164,34 @@ def unknown_ids_note(tokenizer: object, ids: list[list[int]]) -> str | None:
 
 
 class Stream:
-    """Writes sequence 0's text to stdout as its tokens arrive (whole characters only)."""
+    """Writes sequence 0's text to stdout as its tokens arrive (whole characters only);
+    ``ids`` are those it was given so far. :meth:`end` ends the line.
+
+    ``Stream.line_open`` (one for the process, as stdout is one) is True while a streamed
+    line is not ended: the Ctrl-C handler (:func:`trt_kv.cli.main`) ends it before it speaks.
+    """
+
+    line_open = False
 
     def __init__(self, tokenizer: object) -> None:
         self.tokenizer = tokenizer
         self.decoder = tokenizer.stream()
+        self.ids: list[int] = []
 
     def __call__(self, k: int, token: int) -> None:
         if k == 0:
+            self.ids.append(token)  # first: a Ctrl-C after the write finds it here
             piece = self.decoder.step(token)
             if piece:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
+                Stream.line_open = not piece.endswith("\n")
+
+    @staticmethod
+    def end() -> None:
+        """Ends the streamed line (a newline on stdout, flushed), whatever was streamed."""
+        print(flush=True)
+        Stream.line_open = False
 
 
 def new_tokens(args: argparse.Namespace, prompts: list[list[int]]) -> int:
@@ -249,7 +278,7 @@ def generate_and_print(
         out["finish_reason"] = list(result.finish_reasons)
         print(json.dumps({**out, **timings(result)}))
     elif stream is not None:
-        print()
+        stream.end()
         print(summary, file=sys.stderr)
     elif text_mode:
         for k, text in enumerate(texts):

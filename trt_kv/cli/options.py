@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trt_kv.cli.checks import integer, real, temperature
+from trt_kv.cli.checks import integer, real, repetition_penalty, temperature
 from trt_kv.errors import ArgumentError, mismatch
 
 BACKENDS = ("reference", "interpreter", "tensorrt", "polygraphy")
@@ -37,10 +37,10 @@ def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens_help: str)
     p.add_argument("--seed", type=integer(0), default=0, help="sampling seed")
     p.add_argument(
         "--repetition-penalty",
-        type=real(0.0),
+        type=repetition_penalty,
         default=1.0,
         help="divide (multiply, if negative) the logit of every id already in a sequence by P, "
-        "as transformers' repetition_penalty (1: none)",
+        "as transformers' repetition_penalty (1: none; refused outside its range, shown)",
     )
 
 
@@ -73,15 +73,13 @@ def add_backend_argument(p: argparse.ArgumentParser) -> None:
 
 def check_sampling_options(args: argparse.Namespace) -> None:
     """Refuse sampling options that contradict each other (``--top-k`` / ``--top-p`` with
-    greedy decoding, which ignores them) or are out of range (``--repetition-penalty 0``),
-    before any model is loaded. Raises ArgumentError."""
+    greedy decoding, which ignores them), before any model is loaded (argparse refused
+    values out of range). Raises ArgumentError."""
     for flag, given in (("--top-k", args.top_k is not None), ("--top-p", args.top_p != 1.0)):
         if given and args.temperature == 0:
             raise ArgumentError(
                 mismatch(flag, "--temperature > 0 (greedy decoding ignores it)", "", "0")
             )
-    if args.repetition_penalty == 0:
-        raise ArgumentError(mismatch("--repetition-penalty", "a number > 0", "", "0"))
 
 
 def sampler(args: argparse.Namespace) -> object:

@@ -13,14 +13,20 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, check_real, mismatch
 
+# The range of a repetition penalty (1: none). transformers takes any float > 0, but past
+# these bounds the float32 factor is 0 or inf (1e-300: logits inf, the softmax NaN), and
+# 1e3 already all but forbids a repeated token.
+PENALTIES = (1e-3, 1e3)
+
 
 def check_repetition_penalty(penalty: object) -> float:
-    """``penalty`` as a float > 0 (1: no penalty). Raises ArgumentError naming
-    ``repetition_penalty`` otherwise."""
-    value = check_real("repetition_penalty", penalty, 0.0)
-    if value == 0.0:
-        raise ArgumentError(mismatch("repetition_penalty", "a number > 0", "", value))
-    return value
+    """``penalty`` as a float in :data:`PENALTIES` (1: no penalty); the one check of the
+    range, which the CLI's ``--repetition-penalty`` calls too.
+
+    Raises:
+        ArgumentError: naming ``repetition_penalty``, the range and the value otherwise.
+    """
+    return check_real("repetition_penalty", penalty, *PENALTIES)
 
 
 def penalize_repetitions(
@@ -32,7 +38,8 @@ def penalize_repetitions(
     the identity.
 
     Raises:
-        ArgumentError: ``penalty`` not a number > 0; ``histories`` not one list per row.
+        ArgumentError: ``penalty`` not a number in :data:`PENALTIES`; ``histories`` not
+            one list per row.
     """
     penalty = check_repetition_penalty(penalty)
     if len(histories) != logits.shape[0]:

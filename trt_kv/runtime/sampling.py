@@ -95,12 +95,17 @@ class Sampler:
 
         The kept candidates are put in id order, so a seeded draw among them is the draw
         :meth:`__call__` makes among the same tokens of the full logits. Greedy takes the
-        lowest id among the best candidates."""
+        lowest id among the best candidates. A ``top_k`` of ``k`` or more keeps every
+        candidate (``min(top_k, k)``, as ``TopKLogitsWarper`` takes ``min(top_k, V)``), the
+        last one included, so tokens past them may be kept too: None; so does a sampler
+        without top-k or with top-p (:meth:`takes_candidates` false)."""
         if logits is None:
             return ids[:, 0].astype(np.int64)
         if self.temperature == 0:
             best = logits == logits.max(axis=-1, keepdims=True)
             return np.where(best, ids, np.iinfo(ids.dtype).max).min(axis=-1).astype(np.int64)
+        if not self.takes_candidates(logits.shape[-1]):  # top_k >= k, no top-k, or top-p
+            return None
         kth = logits[:, self.top_k - 1 : self.top_k]  # the top_k-th best of each row
         kept = logits >= kth
         if kept[:, -1].any():  # a tie up to the last candidate: more may tie past it
