@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
@@ -95,3 +96,25 @@ def test_import_trt_kv_does_not_import_tensorrt():
     code = "import sys, trt_kv; print(sorted(m for m in sys.modules if m.startswith('tensorrt')))"
     out = run_python(code)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_ctrl_c_while_tensorrt_initializes_is_an_interrupt_not_a_broken_install(tmp_path):
+    """pybind11 reports a KeyboardInterrupt raised in a module's init as ``ImportError:
+    initialization failed`` raised from it (a Ctrl-C that lands while TensorRT loads): the
+    command is interrupted, not told its install is broken."""
+    fake = tmp_path / "tensorrt"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "raise ImportError('initialization failed') from KeyboardInterrupt()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    env.pop("TRT_KV_TRT_MODULE", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_kv", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == -signal.SIGINT, out.stderr
+    assert out.stderr == "trt-kv: interrupted\n"

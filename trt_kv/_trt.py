@@ -53,6 +53,17 @@ class Features(NamedTuple):
         return self.module == "tensorrt_rtx"
 
 
+def _reraise_interrupt(err: ImportError) -> None:
+    """Raise KeyboardInterrupt where Ctrl-C interrupted a module's initialization: pybind11
+    reports any exception of a module's init, KeyboardInterrupt too, as ``ImportError:
+    initialization failed`` raised from it, which would read as a broken install."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from err
+        cause = cause.__cause__ or cause.__context__
+
+
 def _import() -> ModuleType:
     forced = os.environ.get(ENV_VAR)
     if forced:
@@ -61,6 +72,7 @@ def _import() -> ModuleType:
         try:
             return importlib.import_module(forced)
         except ImportError as err:
+            _reraise_interrupt(err)
             raise TrtKvError(
                 f"{ENV_VAR}: expected an installed module, got {forced!r} ({err})"
             ) from err
@@ -69,6 +81,7 @@ def _import() -> ModuleType:
         try:
             return importlib.import_module(name)
         except ImportError as err:
+            _reraise_interrupt(err)
             if importlib.util.find_spec(name) is not None:
                 broken.append(f"{name!r} is installed but did not load ({err})")
     if broken:
