@@ -77,6 +77,12 @@ class Route(str, Enum):
     BLAS = "blas"  # one NumPy product (for KEYS: the reference attention's own products)
 
 
+# The members as module names for the functions below, which run for every product: reading
+# one through its Enum class costs ~0.1-0.3 us (Python 3.11), as much as the rest of choose
+_STORED, _NARROW, _STACKED, _KEYS, _OTHER = Weight
+_NATIVE, _PANELS, _ROW_DOTS, _FEW_ROWS, _WIDENED, _BLAS = Route
+
+
 def native_rows(dtype: np.dtype, built: bool | None = None) -> int:
     """Rows up to which a product against a weight of ``dtype`` runs through the helper's
     product (:data:`NATIVE_ROWS`; 0: never, where it is not built or for another dtype).
@@ -87,9 +93,9 @@ def native_rows(dtype: np.dtype, built: bool | None = None) -> int:
 
 def panel_rows(dtype: np.dtype, built: bool | None = None) -> int:
     """Rows up to which a product against a weight of ``dtype`` runs through the helper's
-    panels (:data:`PANEL_ROWS` for float16 and float32; 0: never)."""
-    built = half.NATIVE if built is None else built
-    return PANEL_ROWS if built and np.dtype(dtype) in (_F16, _F32) else 0
+    panels (:data:`PANEL_ROWS` where its product takes the dtype, float16 and float32; 0:
+    never)."""
+    return PANEL_ROWS if native_rows(dtype, built) else 0
 
 
 def choose(
@@ -102,9 +108,9 @@ def choose(
     built: bool | None = None,
 ) -> Route | None:
     """The route of ``x [rows, k] @ W^T`` for ``W [n, k]`` of ``dtype`` and kind ``weight``,
-    ``x`` of ``rows_dtype``, with the compiled helper built or not (``built``, default
-    :data:`~trt_kv.interpreter.half.NATIVE`). The helper takes rows in the weight's dtype,
-    float32 rows for a float16 weight; rows of another dtype take BLAS.
+    ``x`` of ``rows_dtype`` (both ``np.dtype``), with the compiled helper built or not
+    (``built``, default :data:`~trt_kv.interpreter.half.NATIVE`). The helper takes rows in the
+    weight's dtype, float32 rows for a float16 weight; rows of another dtype take BLAS.
 
     - NARROW: NATIVE up to :data:`NATIVE_ROWS`, PANELS up to :data:`PANEL_ROWS`, else WIDENED.
     - STORED of :data:`STORED_SIZE` elements or more: NATIVE, PANELS as NARROW; without them
@@ -115,41 +121,37 @@ def choose(
     - KEYS: NATIVE up to :data:`NATIVE_ROWS` against :data:`NATIVE_KEYS` keys or more, else
       BLAS.
     """
-    dtype = np.dtype(dtype)
-    same = np.dtype(rows_dtype) == (_F32 if dtype == _F16 else dtype)
-    few = native_rows(dtype, built) if same else -1
-    if weight is Weight.NARROW:
-        if rows <= few:
-            return Route.NATIVE
-        return Route.PANELS if same and rows <= panel_rows(dtype, built) else Route.WIDENED
-    if weight is Weight.STACKED:
-        if rows > (few or 1):
-            return None
-        return Route.NATIVE if few else Route.ROW_DOTS
-    if weight is Weight.KEYS:
-        return Route.NATIVE if rows <= few and n >= NATIVE_KEYS else Route.BLAS
-    if weight is not Weight.STORED or not same or n * k < STORED_SIZE:
-        return Route.BLAS
+    if weight is _OTHER or (weight is _STORED and n * k < STORED_SIZE):
+        return _BLAS
+    if rows_dtype != (_F32 if dtype == _F16 else dtype):  # rows the helper does not take
+        return None if weight is _STACKED else _WIDENED if weight is _NARROW else _BLAS
+    few = NATIVE_ROWS.get(dtype, 0) if (half.NATIVE if built is None else built) else 0
+    if weight is _STACKED:
+        return (_NATIVE if few else _ROW_DOTS) if rows <= (few or 1) else None
+    if weight is _KEYS:
+        return _NATIVE if rows <= few and n >= NATIVE_KEYS else _BLAS
     if rows <= few:
-        return Route.NATIVE
-    if rows <= panel_rows(dtype, built):
-        return Route.PANELS
+        return _NATIVE
+    if few and rows <= PANEL_ROWS:  # the panels take the dtypes the product takes
+        return _PANELS
+    if weight is _NARROW:
+        return _WIDENED
     if rows == 1:
-        return Route.ROW_DOTS
-    return Route.FEW_ROWS if rows <= FEW_ROWS and dtype == _F32 else Route.BLAS
+        return _ROW_DOTS
+    return _FEW_ROWS if rows <= FEW_ROWS and dtype == _F32 else _BLAS
 
 
 def multiply(route: Route, x: Array, w: Array) -> Array:
     """``x [M, K] @ w^T`` -> ``[M, N]`` for ``w [N, K]`` by ``route`` (ROW_DOTS: one row)."""
-    if route is Route.NATIVE:
+    if route is _NATIVE:
         return native.product(x, w)
-    if route is Route.PANELS:
+    if route is _PANELS:
         return native.panel_product(x, w)
-    if route is Route.ROW_DOTS:
+    if route is _ROW_DOTS:
         return row_dots(w, x[0])[None]
-    if route is Route.FEW_ROWS:
+    if route is _FEW_ROWS:
         return _few_rows(x, w)
-    if route is Route.WIDENED:
+    if route is _WIDENED:
         return _widened(x, w)
     return x @ w.T
 
@@ -157,10 +159,9 @@ def multiply(route: Route, x: Array, w: Array) -> Array:
 def stored_product(a: Array, b: Array) -> Array:
     """``a [M, K] @ b [K, N]`` for a fast plan: a STORED weight where ``b`` is the transposed
     view of a row-major ``W [N, K]`` (``nn.Linear`` layout), else OTHER (:func:`choose`)."""
-    kind = Weight.STORED if b.flags.f_contiguous and not b.flags.c_contiguous else Weight.OTHER
-    w = b.T  # [N, K]: the same memory and strides as the weight, whatever b's layout
-    route = choose(kind, a.shape[0], *w.shape, w.dtype, a.dtype)
-    return multiply(route, a, w)
+    kind = _STORED if b.flags.f_contiguous and not b.flags.c_contiguous else _OTHER
+    route = choose(kind, a.shape[0], b.shape[1], b.shape[0], b.dtype, a.dtype)
+    return a @ b if route is _BLAS else multiply(route, a, b.T)  # b.T: W [N, K] as stored
 
 
 def narrow_weight_product(a: Array, w: Array) -> Array:
@@ -174,7 +175,7 @@ def narrow_weight_product(a: Array, w: Array) -> Array:
     k, n = w.shape[-1], w.shape[-2]
     matrix = w.reshape(n, k)
     rows = a.reshape(-1, k)
-    route = choose(Weight.NARROW, rows.shape[0], n, k, matrix.dtype, rows.dtype)
+    route = choose(_NARROW, rows.shape[0], n, k, matrix.dtype, rows.dtype)
     out = multiply(route, rows, matrix)
     lead = np.broadcast_shapes(a.shape[:-2], w.shape[:-2])
     return out.reshape(*lead, a.shape[-2], n)
