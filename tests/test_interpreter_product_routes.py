@@ -106,27 +106,33 @@ def test_route_is_the_float64_product_within_float32_rounding(route, rows, dtype
     assert (np.abs(out - expected) <= _float32_bound(x.astype(np.float32), w)).all()
 
 
-def _spied_routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The route of every product a fast plan runs from here on, in order."""
+def _spied_choices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``"kind:route"`` of every choice a fast plan makes from here on, in order."""
     taken: list[str] = []
-    run = products.multiply
+    run = products.choose
 
-    def spy(route: Route, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        taken.append(route.value)
-        return run(route, x, w)
+    def spy(weight: Weight, *args: object) -> Route | None:
+        route = run(weight, *args)
+        taken.append(f"{weight.value}:{route.value if route else None}")
+        return route
 
-    monkeypatch.setattr(products, "multiply", spy)
+    monkeypatch.setattr(products, "choose", spy)
     return taken
 
 
 @pytest.mark.parametrize(
-    ("rows", "routes"),
-    [(1, ["native"]), (8, ["native"]), (9, ["panels"] * 3), (129, ["blas"] * 3)],
+    ("rows", "choices"),
+    [
+        (1, ["stacked:native"] * 3),
+        (8, ["stacked:native"] * 3),
+        (9, ["stacked:None", "stored:panels"] * 3),
+        (129, ["stacked:None", "stored:blas"] * 3),
+    ],
 )
-def test_fast_plan_runs_the_chosen_routes(rows, routes, monkeypatch):
+def test_fast_plan_products_take_the_route_choose_gives(rows, choices, monkeypatch):
     """Q, K and V products of one input ``x [rows, 320]`` (float32 weights ``[640, 320]``,
-    ``[256, 320]`` x 2): stacked into one NATIVE call up to 8 rows, each its own product
-    (PANELS, then BLAS) beyond."""
+    ``[256, 320]`` x 2) ask :func:`choose` each: stacked (one NATIVE call for the three) up to
+    8 rows; beyond, each its own STORED route (PANELS, then BLAS)."""
     require_compiled_helper()
     net = Net()
     x = net.input("x", "float32", (-1, 320))
@@ -137,6 +143,6 @@ def test_fast_plan_runs_the_chosen_routes(rows, routes, monkeypatch):
         )
         net.mark(product.get_output(0), name)
     plan = compile_network(net.network)
-    taken = _spied_routes(monkeypatch)
+    taken = _spied_choices(monkeypatch)
     plan.run({"x": rand(rows, 320, seed=33)})
-    assert taken == routes
+    assert taken == choices
