@@ -42,13 +42,13 @@ NATIVE_ROWS = {_F16: 16, _F32: 8}
 # alone even at 256 but ~10% slower within a prefill of 256 rows, 0.85-0.97x at 1024
 # (float16: against the weight widened for the call, alike).
 PANEL_ROWS = 128
-# Weight elements from which a STORED weight's layout matters enough to leave BLAS's one call
-# (no measurement recorded: commit 17e1edb lowered it from 1 << 20 when the row-major routes
-# came in; smaller weights, 256 KB of float32 and under, sit in cache either way).
+# Weight elements (256 KB of float32) from which a STORED weight is "large enough for the
+# layout to matter" and leaves BLAS's one call. No measurement of this value is recorded:
+# commit 17e1edb lowered it from 1 << 20 when the row-major routes came in.
 STORED_SIZE = 1 << 16
 # Rows up to which a float32 STORED product runs in blocks of weight rows without the helper
-# (FEW_ROWS): 1.1-1.5x faster than one BLAS call from memory at 2..8 rows, and ~1.4x at a
-# batch of 8 over the whole model (commit 17e1edb); more rows: one BLAS call.
+# (FEW_ROWS, under OpenBLAS 0.3.31's small-matrix bound): 1.1-1.5x faster than one BLAS call
+# from memory at 2..8 rows, ~1.4x at batch 8 (commit 17e1edb); more rows: one BLAS call.
 FEW_ROWS = 16
 # Keys from which a decode step's scores run through the helper's product, one call per
 # sequence and KV head: its per-call cost is not repaid below (measured: slower at 300 keys,
@@ -59,7 +59,7 @@ NATIVE_KEYS = 1024
 class Weight(str, Enum):
     """What ``W`` is in ``x @ W^T``, which decides the routes open to the product."""
 
-    STORED = "stored"  # a float32/float64 W [N, K] read transposed: a MatrixMultiply layer's
+    STORED = "stored"  # a MatrixMultiply layer's float32/float64 W [N, K], read transposed
     NARROW = "narrow"  # a float16 W [N, K] a fast float32 plan keeps as stored
     STACKED = "stacked"  # the W of the products of one input, one above the other
     KEYS = "keys"  # a sequence's cached keys [Skv, H] for one KV head: attention scores
