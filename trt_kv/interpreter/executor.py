@@ -315,7 +315,7 @@ def compile_network(
     it is built: a few rows (a decode step; Q/K/V and gate/up stacked, one call for all) each
     weight element read once, up to 128 rows (a prefill chunk) as its panel product (without
     it: a dot product per weight row for one row, blocks of weight rows for 2..16 rows;
-    :func:`~trt_kv.interpreter.linalg.matrix_multiply`); a float16 weight that only
+    :mod:`~trt_kv.interpreter.products`); a float16 weight that only
     products read stays float16 where the compiled helper is built, read as stored up to 16
     rows (:func:`~trt_kv.interpreter.layout.keep_float16_weights`: half the bytes of a
     decode step, half the memory); constants are filled in once, and so are the layers that

@@ -18,8 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from trt_kv.interpreter import half, native
-from trt_kv.interpreter.linalg import native_rows, row_dots
+from trt_kv.interpreter import half, products
 from trt_kv.interpreter.program import identity
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -74,7 +73,7 @@ def keep_float16_weights(steps: list) -> None:
     """Place the float16 constants a fast float32 plan compiled as float16
     (:func:`~trt_kv.interpreter.weights.constant_array`): a matrix that only linear products
     read as their weight (``x @ W^T``, ``W [1.., N, K]``) stays float16, and those products
-    read it as stored (:func:`~trt_kv.interpreter.linalg.narrow_weight_product`: a decode
+    read it as stored (:func:`~trt_kv.interpreter.products.narrow_weight_product`: a decode
     step moves half the bytes); every other one is widened here, once, as before. A matrix
     that other layers read too (a tied embedding, gathered and read by the output head) is
     widened for them, and its products get a float16 copy. Without the compiled helper
@@ -114,11 +113,11 @@ def fuse_shared_products(steps: list) -> None:
     """Store the constant matrices of the products that read one input (a decoder block's
     Q, K and V projections; its gate and up projections) one above the other in one
     ``[sum N, K]`` array, each constant becoming a view of its rows: the same values, the
-    same row-major layout, no extra memory. With a few rows in the input (up to
-    :func:`~trt_kv.interpreter.linalg.native_rows`: 8 float32, 16 float16; one without the
-    native helper), the first of those products runs them all as one call
+    same row-major layout, no extra memory. With a few rows in the input (the STACKED
+    routes of :func:`~trt_kv.interpreter.products.choose`: up to 8 float32, 16 float16; one
+    without the native helper), the first of those products runs them all as one call
     (:func:`~trt_kv.interpreter.native.product`, else
-    :func:`~trt_kv.interpreter.linalg.row_dots`; each element's sum is the one the product
+    :func:`~trt_kv.interpreter.products.row_dots`; each element's sum is the one the product
     alone computes: the same bits) and the others take their part of it; with more rows
     each runs on its own, as before.
     """
@@ -165,13 +164,11 @@ def _matrix(value: np.ndarray) -> np.ndarray | None:
 
 
 class _SharedProduct:
-    """``x @ joined^T`` for the input last seen, shared by the products of a group (inputs of
-    up to ``max_rows`` rows)."""
+    """``x @ joined^T`` for the input last seen, shared by the products of a group (inputs
+    that :func:`~trt_kv.interpreter.products.choose` gives a STACKED route)."""
 
     def __init__(self, joined: np.ndarray) -> None:
         self.joined = joined
-        self.max_rows = native_rows(joined.dtype) or 1  # float64 or no helper: row_dots
-        self.input_dtype = _F32 if joined.dtype == _F16 else joined.dtype
         # (input, its values, product): the input is held, so its identity cannot be reused,
         # and its values are kept, so a caller's array changed in place between runs is not
         # served the old product; one tuple, swapped whole, so plans run from several threads
@@ -179,23 +176,20 @@ class _SharedProduct:
         self.last: tuple[np.ndarray | None, ...] = (None, None, None)
 
     def rows(self, fn: Callable, lo: int, hi: int) -> Callable:
-        """``fn`` (one product of the group, rows ``lo:hi`` of the joined matrix), one-row
-        inputs served from the shared product."""
+        """``fn`` (one product of the group, rows ``lo:hi`` of the joined matrix), inputs of
+        a few rows served from the shared product."""
+        stacked, n, dtype = products.Weight.STACKED, self.joined.shape[0], self.joined.dtype
 
         def run(x: list) -> np.ndarray:
             a = x[0]
             k = a.shape[-1] if a.ndim >= 2 else 0
-            if not k or a.size > k * self.max_rows or a.dtype != self.input_dtype:
+            route = products.choose(stacked, a.size // k, n, k, dtype, a.dtype) if k else None
+            if route is None:
                 return fn(x)
             last = self.last
             if last[0] is not a or not np.array_equal(last[1], a):
-                last = self.last = (a, a.copy(), self._product(a.reshape(-1, k)))
+                product = products.multiply(route, a.reshape(-1, k), self.joined)
+                last = self.last = (a, a.copy(), product)
             return last[2][:, lo:hi].reshape(*a.shape[:-1], hi - lo)
 
         return run
-
-    def _product(self, rows: np.ndarray) -> np.ndarray:
-        """``rows [M, K] @ joined^T`` -> ``[M, sum N]``."""
-        if native_rows(self.joined.dtype):
-            return native.product(rows, self.joined)
-        return row_dots(self.joined, rows[0])[None]

@@ -13,9 +13,9 @@ import numpy as np
 from trt_kv import _trt
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, ShapeError, mismatch
-from trt_kv.interpreter import half, native
+from trt_kv.interpreter import half, native, products
 from trt_kv.interpreter.half import widen_to
-from trt_kv.interpreter.linalg import native_rows
+from trt_kv.interpreter.products import Route, Weight
 from trt_kv.interpreter.registry import (
     Array,
     Context,
@@ -307,19 +307,19 @@ def _few_row_scores(rows: Array, k: Array) -> Array | None:
     native product per sequence and KV head (the keys as the weight: each read once, in the
     orientation the scores need): the scores take half the time of NumPy's batched product of
     so few rows at 2048 keys, the whole attention layer ~12-15% less from 1024 keys. None
-    (NumPy computes them) for more rows than the helper takes, without it, or under 1024
-    keys, where its per-call cost is not repaid."""
+    (NumPy computes them) where :func:`~trt_kv.interpreter.products.choose` gives the KEYS
+    product another route than NATIVE: more rows than the helper takes, without it, or too
+    few keys for its per-call cost to be repaid."""
     b, nkv, r, _ = rows.shape
-    if r > native_rows(k.dtype) or rows.dtype != k.dtype or k.shape[2] < _NATIVE_KEYS:
+    if products.choose(Weight.KEYS, r, *k.shape[2:], k.dtype, rows.dtype) is not Route.NATIVE:
         return None
     out = np.empty((b, nkv, r, k.shape[2]), k.dtype)
     for i in range(b):
         for n in range(nkv):
-            out[i, n] = native.product(rows[i, n], k[i, n])
+            out[i, n] = products.multiply(Route.NATIVE, rows[i, n], k[i, n])
     return out
 
 
-_NATIVE_KEYS = 1024  # keys from which it pays (measured: slower at 300, ~12% faster at 1024)
 _LARGE_SCORES = 1 << 20  # score elements (4 MiB in float32) above which attention is split
 
 
