@@ -175,10 +175,10 @@ def check_backend_options(args: argparse.Namespace, backend: str, note: str = ""
 def check_model(args: argparse.Namespace) -> None:
     """``--model`` is ``default``, an existing folder or a ``.gguf`` file; ``--out`` is (or
     can become) a folder; ``--max-step-tokens`` <= ``--max-seq-len``. Raises ArgumentError."""
-    model = getattr(args, "model", None) or "default"  # None: generate --engine alone
-    path = Path(model)
+    model = getattr(args, "model", None)  # None: generate --engine alone
+    path = Path(model or "default")
     gguf = path.suffix.lower() == ".gguf" and path.is_file()
-    if model != "default" and not path.is_dir() and not gguf:
+    if model not in (None, "default") and not path.is_dir() and not gguf:
         state = "a file, not .gguf" if path.exists() else "no such folder or file"
         raise ArgumentError(
             mismatch(

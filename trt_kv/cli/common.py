@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 DTYPES = ("float16", "bfloat16", "float32")
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
 WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
+DEFAULT_MODEL = "default"  # --model not given (and no --engine): SmolLM2-135M-Instruct
+
+
+def resolve_model(args: argparse.Namespace) -> None:
+    """``--model`` not given becomes :data:`DEFAULT_MODEL`, except beside an engine file
+    (``generate --engine``, ``inspect``), whose sidecar gives every size: there it stays
+    None. Done once, as the arguments are parsed (:class:`trt_kv.cli.parser.Parser`), so
+    that every subcommand, and the emulated GPU it may run on, sees the same model."""
+    if getattr(args, "model", False) is None and getattr(args, "engine", None) is None:
+        args.model = DEFAULT_MODEL
 
 
 def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
@@ -25,8 +35,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     --compute-capability``; ``helps`` replaces the help of some (by dest) for a subcommand
     that reads them its own way."""
     text = {
-        "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama family or "
-        "GPT-2) or a .gguf file",
+        "model": f"'{DEFAULT_MODEL}' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama "
+        f"family or GPT-2) or a .gguf file (default: {DEFAULT_MODEL}, except beside --engine)",
         "dtype": f"weights and activations (default: {DEFAULT_DTYPE}; the reference backend "
         "computes in float32 only)",
         "max_seq_len": "S_max of every cache",
@@ -49,7 +59,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "set_compute_capability: 7.5 8.0 8.6 8.9 12.0 12.1)",
         **(helps or {}),
     }
-    p.add_argument("--model", default="default", help=text["model"])
+    p.add_argument("--model", default=None, help=text["model"])  # None: resolve_model
     p.add_argument("--dtype", default=None, choices=DTYPES, help=text["dtype"])
     p.add_argument(
         "--max-seq-len",
