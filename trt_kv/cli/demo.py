@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     reason = tensorrt_refusal()  # no GPU, or one the installed TensorRT does not run
     no_gpu = gpu_unavailable_reason() is not None
     args.backend, note = backends.pick_backend("auto")
-    check_backend_options(args, args.backend, note)
+    check_backend_options(args, args.backend, note, builds_engine=True)
     check_model(args)
     generate.check_prompt_options(args)  # refuse bad prompts before building anything
     if args.prompt is None and args.prompt_ids is not None:
