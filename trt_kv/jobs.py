@@ -132,7 +132,8 @@ class BuildOptions:
 @dataclass(frozen=True)
 class BuiltFile:
     """One engine on disk and its sidecar content; ``reused`` when found, not built;
-    ``rebuilt``: why an engine found for it could not be reused ("" when none was found)."""
+    ``rebuilt``: why an engine found for it, or for its model's other weights
+    (:data:`NO_ENGINE_FOR_WEIGHTS`), could not be reused ("" when none was found)."""
 
     path: Path
     meta: EngineMeta
@@ -228,6 +229,11 @@ def weights_of(metadata: dict) -> str | None:
     return recipe.get("weights_sha256") if isinstance(recipe, dict) else None
 
 
+# find_model_engine's reason when only engines of the model's other weights were found: a
+# new file is built beside them (its name holds the weights' digest), none is replaced
+NO_ENGINE_FOR_WEIGHTS = "no engine for these weights"
+
+
 def _changed(what: str, old: object, new: object) -> str:
     return f"{what} changed ({old} -> {new})"
 
@@ -280,9 +286,10 @@ def find_model_engine(
     """``(the engine, "")`` when ``out_dir`` holds one built from these weights, config and
     exactly these options (routes and GPU targets included), by the running TensorRT, with
     an intact checksum and decoder roles; else ``(None, why)``: ``""`` when no engine of
-    this name and these options was found, else the first difference in one line
-    (``weights changed (sha256 3f2a9c01... -> 9c01ab34...)`` for an engine of the same
-    model name and options built from other weights, which stays on disk)."""
+    this name and these options was found, else the first difference in one line; for an
+    engine of the same model name and options built from other weights, which stays on
+    disk, ``no engine for these weights (sha256 9c01ab34...; the one for sha256
+    3f2a9c01... stays)``."""
     path = model_engine_path(name, options, out_dir, weights_sha256)
     if path.is_file() or sidecar_path(path).is_file():
         meta, why = _why_not(path, config, options, weights_sha256)
@@ -293,7 +300,8 @@ def find_model_engine(
             old = weights_of(read_sidecar(sidecar_path(other)).metadata)
         except EngineFileError:
             continue  # a file without a valid sidecar is treated as absent
-        return None, _changed("weights", _short(old), _short(weights_sha256))
+        kept = f"the one for {_short(old)} stays"
+        return None, f"{NO_ENGINE_FOR_WEIGHTS} ({_short(weights_sha256)}; {kept})"
     return None, ""
 
 

@@ -141,10 +141,14 @@ def model_engine(
 
 
 def engine_status(r: BuiltFile) -> str:
-    """``"built now"``, ``"rebuilt: weights changed (sha256 3f2a9c01... -> 9c01ab34...)"``
-    or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    """``"built now"``, ``"rebuilt: config changed in ['rms_norm_eps']"`` (an engine of that
+    name replaced), ``"built: no engine for these weights (sha256 9c01ab34...; the one for
+    sha256 3f2a9c01... stays)"`` or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    from trt_kv.jobs import NO_ENGINE_FOR_WEIGHTS
+
     if not r.reused:
-        return f"rebuilt: {r.rebuilt}" if r.rebuilt else "built now"
+        verb = "built" if r.rebuilt.startswith(NO_ENGINE_FOR_WEIGHTS) else "rebuilt"
+        return f"{verb}: {r.rebuilt}" if r.rebuilt else "built now"
     when = r.built_at or "at an unrecorded time"
     return f"reused (built {when} in {r.meta.build_seconds:.2f} s)"
 
