@@ -34,3 +34,19 @@ def test_weights_without_files_are_hashed_every_time(tmp_path, monkeypatch):
     weights = load_model(write_tiny_model(tmp_path / "tiny"), progress=False).weights
     assert weights_sha256(tmp_path / "missing.gguf", weights) == weights_digest(weights)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_cache_variable_naming_a_file_is_one_line_naming_it(tmp_path):
+    """Before: a NotADirectoryError traceback from weights_sha256's own ``except OSError``."""
+    from cli_user import run_cli
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    model = write_tiny_model(tmp_path / "tiny")
+    argv = ["build", "--model", model, "--out", tmp_path / "engines", "--max-seq-len", "16"]
+    out = run_cli(*argv, check=False, TRT_KV_CACHE=str(taken))
+    assert (out.returncode, out.stderr) == (
+        2,
+        f"trt-kv: error: TRT_KV_CACHE: expected a directory, got {taken} (a file)\n",
+    )
+    assert not (tmp_path / "engines").exists()  # refused before anything was built

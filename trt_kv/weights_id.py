@@ -74,12 +74,17 @@ def _key(files: list[Path]) -> str:
 def weights_sha256(spec: str | Path, weights: object) -> str:
     """:func:`weights_digest` of ``weights``, loaded by ``load_model(spec)``: from the cache
     when its files are unchanged, else hashed (and cached; a cache that cannot be read or
-    written is passed over)."""
-    from trt_kv.checkpoints.default import cache_dir
+    written is passed over).
+
+    Raises:
+        ArgumentError: ``$TRT_KV_CACHE`` names a file (or a path under one).
+    """
+    from trt_kv.checkpoints.default import cache_dir, check_cache_dir
 
     files = source_files(spec)
     if not files:
         return weights_digest(weights)
+    check_cache_dir(cache_dir())
     store = cache_dir() / CACHE_FILE
     try:
         key = _key(files)
