@@ -39,6 +39,7 @@ from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.gpu_targets import PORTABLE, parse_targets
+from trt_kv.interrupts import held_sigint, step
 from trt_kv.models.architectures import architecture_named, architecture_of
 from trt_kv.weights_id import weights_digest
 
@@ -158,12 +159,16 @@ def build_to_file(
     """Compile ``network`` for ``targets`` (``()``: portable) and write ``path`` plus its
     sidecar (with the build time and ``roles``, the decoder contract a session backend
     reads: None for a network that is not a decoder, such as the doc example); nothing is
-    written when the build fails or is interrupted."""
-    built = build_engine(builder, network, profiles, targets=targets)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    md = {**(metadata or {}), BUILT_AT_KEY: stamp}
-    meta = describe(network, built, profiles, md, roles, targets)
-    return BuiltFile(save_engine(path, built, meta), meta)
+    written when the build fails or is interrupted before the renames, and both when
+    Ctrl-C comes during them: KeyboardInterrupt then, never before the sidecar is in place
+    (:func:`trt_kv.interrupts.held_sigint`)."""
+    with held_sigint():
+        built = build_engine(builder, network, profiles, targets=targets)
+        step("engine built")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        md = {**(metadata or {}), BUILT_AT_KEY: stamp}
+        meta = describe(network, built, profiles, md, roles, targets)
+        return BuiltFile(save_engine(path, built, meta), meta)
 
 
 DOC_EXAMPLE = "kv_cache_doc_example"
@@ -336,13 +341,20 @@ def build_model_engine(
     targets = opts.targets()
     digest = weights_sha256 or weights_digest(weights)
     path = model_engine_path(name, opts, out_dir, digest)
-    net = arch.build_network(config, weights, **opts.network_options())
-    metadata = {
-        **net.metadata(),
-        OPTIONS_KEY: opts.to_json(),
-        "recipe": {"network": arch.name, "model": name, "weights_sha256": digest},
-    }
-    return build_to_file(net.builder, net.network, net.profiles, path, metadata, net.roles, targets)
+    # Ctrl-C while TensorRT builds the network (it would swallow a KeyboardInterrupt raised
+    # in its logger's callback) stops the job once the network is built
+    with held_sigint() as held:
+        net = arch.build_network(config, weights, **opts.network_options())
+        step("network built")
+        held.check()
+        metadata = {
+            **net.metadata(),
+            OPTIONS_KEY: opts.to_json(),
+            "recipe": {"network": arch.name, "model": name, "weights_sha256": digest},
+        }
+        return build_to_file(
+            net.builder, net.network, net.profiles, path, metadata, net.roles, targets
+        )
 
 
 def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
