@@ -182,3 +182,25 @@ def test_emulated_gpu_reuses_the_default_models_engine_without_model(
     err = capsys.readouterr().err
     assert code == 0, err
     assert "smollm2-135m-instruct" in err and ": reused (built " in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "--emulate-gpu", "ENGINE"],
+        ["generate", "--backend", "tensorrt", "--emulate-gpu", "--engine", "ENGINE"],
+    ],
+    ids=["inspect", "generate-engine"],
+)
+def test_an_engine_of_the_default_model_runs_emulated_without_model(
+    default_engine_dir, capsys, argv
+):
+    """An engine file without --model: its sidecar names the default model, which the
+    emulated GPU then rebuilds the network from. Before: "got no models given" (inspect:
+    "layers: not shown")."""
+    (engine,) = default_engine_dir.glob("smollm2-135m-instruct-*.engine")
+    capsys.readouterr()
+    code = main([str(engine) if a == "ENGINE" else a for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "no models given" not in out + err and "layers: not shown" not in out

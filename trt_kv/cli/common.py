@@ -213,12 +213,31 @@ def emulated_cc() -> tuple[int, int] | None:
 EMULATED_MODELS_VAR = "TRT_KV_EMULATED_MODELS"  # more models --emulate-gpu may rebuild from
 
 
+def engine_default_model(args: argparse.Namespace) -> list[str]:
+    """``[DEFAULT_MODEL]`` for an engine file given without ``--model`` (``generate
+    --engine``, ``inspect``) whose sidecar's recipe names the default model, the one model
+    trt_kv finds by name; else ``[]`` (a missing or bad sidecar is the command's to say)."""
+    engine = getattr(args, "engine", None)
+    if engine is None or getattr(args, "model", None) is not None:
+        return []
+    from trt_kv.checkpoints.default import NAME
+    from trt_kv.engine_file import read_sidecar, sidecar_path
+    from trt_kv.errors import EngineFileError
+
+    try:
+        recipe = read_sidecar(sidecar_path(Path(engine))).metadata.get("recipe")
+    except EngineFileError:
+        return []
+    return [DEFAULT_MODEL] if isinstance(recipe, dict) and recipe.get("model") == NAME else []
+
+
 def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
     of compute capability ``$TRT_KV_EMULATED_CC``, and given ``--engine`` (or ``--out``) as
     the engine files and ``--model`` (and the ``load_model`` specs in
     ``$TRT_KV_EMULATED_MODELS``, separated by ``os.pathsep``: for ``--engine`` without
-    ``--model``) as the models it may rebuild engines from (sidecars name no paths)."""
+    ``--model``; and the default model for an engine of it, :func:`engine_default_model`)
+    as the models it may rebuild engines from (sidecars name no paths)."""
     import os
 
     if not args.emulate_gpu:
@@ -226,7 +245,7 @@ def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], 
     from trt_kv.emulator import emulated_gpu
 
     engines = [p for p in (getattr(args, "engine", None), getattr(args, "out", None)) if p]
-    models = [args.model] if getattr(args, "model", None) else []
+    models = [args.model] if getattr(args, "model", None) else engine_default_model(args)
     models += [m for m in os.environ.get(EMULATED_MODELS_VAR, "").split(os.pathsep) if m]
     with emulated_gpu(emulated_cc(), engines=engines, models=models):
         return run(args)
