@@ -50,3 +50,18 @@ def test_elapsed_time_moves_and_the_current_phase_shows_while_tensorrt_is_silent
     assert (4, 6, "00:02", "Determining refit engines") in silent
     assert 3 <= len(silent) <= 6  # ~ one draw per tick
     assert after[-1][1:2] == (6,) and after[-1][3] == "Computing profile costs"
+
+
+def test_a_cancelled_build_shows_the_count_and_phase_it_stopped_at(bars_on, capsys):
+    """Before: the top phase's end drew 6/6 and "Building engine", as if it had finished."""
+    shown = progress.BuildBar("TensorRT build")
+    shown.phase_start("Building engine", None, 6)
+    shown.step_complete("Building engine", 2)  # 3/6
+    shown.phase_start("Computing profile costs", "Building engine", 5)
+    shown.cancel()  # Ctrl-C
+    assert shown.step_complete("Computing profile costs", 0) is False  # TensorRT stops here
+    shown.phase_finish("Computing profile costs")
+    shown.phase_finish("Building engine")
+    shown.close()
+    n, total, _, phase = draws(capsys.readouterr().err)[-1]
+    assert (n, total, phase) == (3, 6, "stopped in Computing profile costs")

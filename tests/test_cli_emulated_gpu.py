@@ -145,3 +145,62 @@ def test_an_engine_s_sizes_are_the_ones_prompts_are_judged_by(tiny_model, tmp_pa
     )
     assert main([*base, "--prompt-ids", ids, "--max-new-tokens", "4", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["ids"][0]) == 4
+
+
+# --max-batch 8: the batch demo opens its backend with, so that it too reuses the engine
+DEFAULT_SHAPES = ["--max-seq-len", "32", "--max-batch", "8", "--max-step-tokens", "4"]
+
+
+@pytest.fixture(scope="module")
+def default_engine_dir(tmp_path_factory):
+    """An engine folder holding the default model's engine for ``DEFAULT_SHAPES``."""
+    out = tmp_path_factory.mktemp("default-engines")
+    assert main(["build", "--model", "default", "--out", str(out), *DEFAULT_SHAPES, "-q"]) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--backend", "tensorrt", "--prompt-ids", "1,2", "--max-new-tokens", "1"],
+        ["generate", "--backend", "tensorrt", "--cuda-graph", "--prompt-ids", "1,2"],
+        ["chat", "--backend", "tensorrt", "--max-new-tokens", "1"],
+        ["demo", "--prompt-ids", "1,2", "--max-new-tokens", "1"],
+    ],
+    ids=["generate", "generate-cuda-graph", "chat", "demo"],
+)
+def test_emulated_gpu_reuses_the_default_models_engine_without_model(
+    default_engine_dir, capsys, monkeypatch, argv
+):
+    """Without --model, the default model reaches the emulated GPU too, which rebuilds the
+    network of an engine found (reused) from it."""
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hi\n"))  # chat's one turn
+    capsys.readouterr()
+    code = main([*argv, "--out", str(default_engine_dir), *DEFAULT_SHAPES, "--emulate-gpu"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "smollm2-135m-instruct" in err and ": reused (built " in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "--emulate-gpu", "ENGINE"],
+        ["generate", "--backend", "tensorrt", "--emulate-gpu", "--engine", "ENGINE"],
+    ],
+    ids=["inspect", "generate-engine"],
+)
+def test_an_engine_of_the_default_model_runs_emulated_without_model(
+    default_engine_dir, capsys, argv
+):
+    """An engine file without --model: its sidecar names the default model, which the
+    emulated GPU then rebuilds the network from. Before: "got no models given" (inspect:
+    "layers: not shown")."""
+    (engine,) = default_engine_dir.glob("smollm2-135m-instruct-*.engine")
+    capsys.readouterr()
+    code = main([str(engine) if a == "ENGINE" else a for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "no models given" not in out + err and "layers: not shown" not in out

@@ -165,6 +165,23 @@ def test_step_wider_than_the_cache_is_refused(capsys):
             "--engine: expected --backend tensorrt or polygraphy, got reference",
         ),
         (
+            ["--backend", "reference", "--device-top-k", "2"],
+            "--device-top-k: expected --backend interpreter or tensorrt or polygraphy, got "
+            "reference",
+        ),
+        (
+            ["--backend", "reference", "--weights", "int8"],
+            "--weights: expected --backend interpreter or tensorrt or polygraphy, got reference",
+        ),
+        (
+            ["--backend", "interpreter", "--compute-capability", "8.9"],
+            "--compute-capability: expected --backend tensorrt or polygraphy, got interpreter",
+        ),
+        (
+            ["--backend", "reference", "--compute-capability", "8.9"],
+            "--compute-capability: expected --backend tensorrt or polygraphy, got reference",
+        ),
+        (
             ["--backend", "reference", "--dtype", "float16"],
             "--dtype: expected float32 or none with --backend reference (it computes in "
             "float32), got float16",
@@ -419,3 +436,13 @@ def test_arguments_judged_without_the_model_are_refused_before_it_loads(
     argv = [command, "--model", broken, *(f.format(tmp=tmp_path) for f in flags)]
     assert error_of(capsys, *argv).startswith(named)
     assert "config.json" in error_of(capsys, command, "--model", broken)  # what loading says
+
+
+def test_demo_takes_the_build_options_whatever_backend_runs(capsys):
+    """demo builds the engine on every machine, so the build's options are read even where
+    the interpreter then runs (no GPU here): the first refusal is the prompt's, after them."""
+    argv = ["demo", "--compute-capability", "8.9", "--weights", "int8", "--device-top-k", "2"]
+    argv += ["--prompt-ids", "1,2,3", "--max-seq-len", "4", "--max-new-tokens", "10"]
+    assert error_of(capsys, *argv) == (
+        "--prompt-ids: expected longest prompt + --max-new-tokens - 1 <= --max-seq-len = 4, got 12"
+    )

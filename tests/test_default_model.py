@@ -86,6 +86,6 @@ def test_a_cache_folder_that_cannot_be_made_is_an_error_not_random_weights(tmp_p
     monkeypatch.setenv("TRT_KV_CACHE", str(taken))
     with pytest.raises(
         ArgumentError,
-        match=rf"^TRT_KV_CACHE: expected a folder trt_kv can create, got {taken} \(File exists\)$",
+        match=rf"^TRT_KV_CACHE: expected a directory, got {taken} \(a file\)$",
     ):
         load_model("default", progress=False)

@@ -47,8 +47,9 @@ GPU = ("--backend", "tensorrt", "--emulate-gpu")
 
 
 @EMULATED
-def test_weights_resaved_in_place_are_rebuilt_and_the_reason_said(tmp_path, capsys):
-    """Before: "reused", and the stale engine's ids."""
+def test_weights_resaved_in_place_are_built_anew_and_the_reason_said(tmp_path, capsys):
+    """Before: "reused", and the stale engine's ids; then "rebuilt: weights changed", though
+    no engine of the new file's name existed and the old one stays."""
     model = write_tiny_model(tmp_path / "model")
     out = tmp_path / "engines"
     first, err = _generate(capsys, model, out, *GPU)
@@ -58,7 +59,9 @@ def test_weights_resaved_in_place_are_rebuilt_and_the_reason_said(tmp_path, caps
     second, err = _generate(capsys, model, out, *GPU)
     status = re.search(r"engine \S+: (.*)\n", err)[1]
     assert re.fullmatch(
-        r"rebuilt: weights changed \(sha256 [0-9a-f]{8}\.\.\. -> sha256 [0-9a-f]{8}\.\.\.\)", status
+        r"built: no engine for these weights \(sha256 [0-9a-f]{8}\.\.\.; the one for sha256 "
+        r"[0-9a-f]{8}\.\.\. stays\)",
+        status,
     ), status
     assert second == host != first
     assert re.search(r"engine .*: reused \(built ", _generate(capsys, model, out, *GPU)[1])
@@ -74,7 +77,7 @@ def test_two_models_whose_folders_share_a_name_never_share_an_engine(tmp_path, c
     out = tmp_path / "engines"
     ids_a, _ = _generate(capsys, a, out, *GPU)
     ids_b, err = _generate(capsys, b, out, *GPU)
-    assert "rebuilt: weights changed" in err
+    assert "built: no engine for these weights" in err
     assert ids_b == _generate(capsys, b, out, "--backend", "interpreter")[0] != ids_a
     assert len(list(out.glob("model-*.engine"))) == 2  # neither overwrote the other
     assert _generate(capsys, a, out, *GPU)[0] == ids_a  # a's engine is still a's

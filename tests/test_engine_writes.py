@@ -242,3 +242,50 @@ def test_ctrl_c_during_trt_kv_build_says_interrupted_and_ends_by_sigint(tmp_path
     assert "interrupting..." in text and text.rstrip().endswith("trt-kv: interrupted"), text
     assert _trt_cancelled(text), text
     assert not list(out.glob("m-*.engine*")), _files(out)
+
+
+# Where a build job's Ctrl-C lands (trt_kv.interrupts.step) -> the model engine's files after:
+# before the renames neither, from the old sidecar's removal on both (the renames finish).
+CTRL_C_AT = {
+    "network built": "neither",
+    "engine built": "neither",
+    "temporaries written": "neither",
+    "old sidecar removed": "both",
+    "engine renamed": "both",
+    "sidecar renamed": "both",
+}
+
+
+@pytest.mark.parametrize("at", list(CTRL_C_AT))
+def test_ctrl_c_at_each_step_of_a_build_job_exits_130_with_both_files_or_neither(
+    tmp_path, capsys, at
+):
+    """A real SIGINT, sent the moment the job reaches ``at``. Before: just after the engine's
+    rename, a KeyboardInterrupt traceback and exit 0 (or 130 with an engine and no
+    sidecar)."""
+    from cli_user import write_tiny_model
+
+    from trt_kv import interrupts
+    from trt_kv.cli import INTERRUPTED, main
+
+    model = write_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "out"
+    sent = []
+
+    def ctrl_c(step: str) -> None:
+        if step == at and not sent:
+            sent.append(step)
+            signal.raise_signal(signal.SIGINT)
+
+    interrupts.STEP_OBSERVERS.append(ctrl_c)
+    try:
+        code = main(["build", "--model", str(model), "--out", str(out), "--max-seq-len", "16"])
+    finally:
+        interrupts.STEP_OBSERVERS.remove(ctrl_c)
+    err = capsys.readouterr().err
+    assert (sent, code) == ([at], INTERRUPTED), err
+    assert err.endswith("interrupting...\ntrt-kv: interrupted\n"), err
+    files = _files(out) if out.exists() else []
+    engines = [f for f in files if f.endswith(".engine")]
+    both = [f for e in engines for f in (e, e + ".json")]
+    assert (files, len(engines)) == ((both, 1) if CTRL_C_AT[at] == "both" else ([], 0))

@@ -271,3 +271,40 @@ def test_build_for_explicit_targets_names_and_records_them(tiny_model, tmp_path,
     assert capsys.readouterr().err.startswith(
         "trt-kv: error: --compute-capability: expected one of ['portable', '7.5', '8.0', "
     )
+
+
+# -- an engine built for 7.5 on a 7.5 device (portable engines do not run there) ----------------
+TURING = ["--compute-capability", "7.5", "--emulate-gpu"]
+
+
+@RTX
+@NO_REAL_GPU
+@pytest.mark.parametrize("backend", ["tensorrt", "auto"])
+def test_compute_capability_7_5_runs_on_a_7_5_device(
+    tiny_model, tmp_path, capsys, monkeypatch, backend
+):
+    """Before: refused before loading as "portable, rebuild it with --compute-capability
+    7.5", the check looking at a portable engine whatever --compute-capability said (auto:
+    the interpreter picked, then --compute-capability refused on it)."""
+    monkeypatch.setenv("TRT_KV_EMULATED_CC", "7.5")
+    argv = ["generate", "--model", str(tiny_model), "--prompt-ids", "5,17,42", *SHAPES]
+    argv += ["--max-new-tokens", "2", "--out", str(tmp_path), "--json", "-q"]
+    assert main([*argv, *TURING, "--backend", backend]) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert (result["backend"], result["emulated_gpu"]) == ("tensorrt", True)
+
+
+@RTX
+@NO_REAL_GPU
+def test_an_engine_file_built_for_7_5_runs_on_a_7_5_device(
+    tiny_model, tmp_path, capsys, monkeypatch
+):
+    """Before: --engine of a 7.5 engine was judged as a portable one and refused."""
+    argv = ["--model", str(tiny_model), *SHAPES, "--out", str(tmp_path), "-q"]
+    assert main(["build", *argv, "--compute-capability", "7.5"]) == 0
+    (engine,) = tmp_path.glob("*-cc_7.5.engine")
+    monkeypatch.setenv("TRT_KV_EMULATED_CC", "7.5")
+    ask = ["generate", "--model", str(tiny_model), "--engine", str(engine), "--json", "-q"]
+    ask += ["--prompt-ids", "5,17,42", "--max-new-tokens", "2", "--backend", "tensorrt"]
+    assert main([*ask, "--emulate-gpu"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["backend"] == "tensorrt"

@@ -34,3 +34,36 @@ def test_weights_without_files_are_hashed_every_time(tmp_path, monkeypatch):
     weights = load_model(write_tiny_model(tmp_path / "tiny"), progress=False).weights
     assert weights_sha256(tmp_path / "missing.gguf", weights) == weights_digest(weights)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_cache_variable_naming_a_file_is_one_line_naming_it(tmp_path):
+    """Before: a NotADirectoryError traceback from weights_sha256's own ``except OSError``."""
+    from cli_user import run_cli
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    model = write_tiny_model(tmp_path / "tiny")
+    argv = ["build", "--model", model, "--out", tmp_path / "engines", "--max-seq-len", "16"]
+    out = run_cli(*argv, check=False, TRT_KV_CACHE=str(taken))
+    assert (out.returncode, out.stderr) == (
+        2,
+        f"trt-kv: error: TRT_KV_CACHE: expected a directory, got {taken} (a file)\n",
+    )
+    assert not (tmp_path / "engines").exists()  # refused before anything was built
+
+
+def test_a_same_size_rewrite_with_its_mtime_restored_is_hashed_anew(tmp_path, monkeypatch):
+    """Before: the old weights' digest, so their engine was "reused" for the new weights."""
+    from test_engine_identity import _resave
+
+    monkeypatch.setenv("TRT_KV_CACHE", str(tmp_path / "cache"))
+    folder = write_tiny_model(tmp_path / "tiny")
+    tensors = folder / "model.safetensors"
+    before = tensors.stat()
+    old = weights_sha256(folder, load_model(folder, progress=False).weights)  # cached
+    _resave(folder, seed=5)  # other weights, same names and shapes: same size
+    os.utime(tensors, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime set back
+    after = tensors.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    new = load_model(folder, progress=False).weights
+    assert weights_sha256(folder, new) == weights_digest(new) != old

@@ -26,6 +26,7 @@ from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
 from trt_kv.builder.kv_cache import cache_aliases, cache_update_layers, source_input
 from trt_kv.contract import DecoderRoles
 from trt_kv.errors import EngineFileError, mismatch
+from trt_kv.interrupts import held_sigint, step
 from trt_kv.sidecar import EngineMeta, TensorSpec
 
 __all__ = [
@@ -88,9 +89,10 @@ def save_engine(path: Path | str, built: BuiltEngine, meta: EngineMeta) -> Path:
 
     Both go to temporary files in ``path``'s folder (``.NAME.engine.<pid>.tmp``), then the
     old sidecar (if any) is removed, the engine renamed into place, and the sidecar last. A
-    failure or an interrupt (Ctrl-C) at any point removes the temporary files: the folder
-    then holds no new file (an old engine may remain without its sidecar: readers treat
-    it as absent).
+    failure at any point removes the temporary files: the folder then holds no new file (an
+    old engine may remain without its sidecar: readers treat it as absent). Ctrl-C is held
+    (:func:`trt_kv.interrupts.held_sigint`): before the renames it stops the write (no new
+    file), during them it waits for both; KeyboardInterrupt is raised either way.
 
     Raises:
         EngineFileError: the folder cannot be made or the files cannot be written (a parent
@@ -101,15 +103,21 @@ def save_engine(path: Path | str, built: BuiltEngine, meta: EngineMeta) -> Path:
     temps = [path.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (path, side)]
     text = (json.dumps(meta.to_json(), indent=2) + "\n").encode()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for temp, data in zip(temps, (built.data, text)):
-            with open(temp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        side.unlink(missing_ok=True)  # the old sidecar must not vouch for the new engine
-        os.replace(temps[0], path)
-        os.replace(temps[1], side)
+        with held_sigint() as held:  # Ctrl-C: neither file before the renames, both after
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for temp, data in zip(temps, (built.data, text)):
+                with open(temp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            step("temporaries written")
+            held.check()  # the last point where stopping leaves no new file
+            side.unlink(missing_ok=True)  # the old sidecar must not vouch for the new engine
+            step("old sidecar removed")
+            os.replace(temps[0], path)
+            step("engine renamed")
+            os.replace(temps[1], side)
+            step("sidecar renamed")
     except OSError as err:
         raise EngineFileError(
             mismatch(str(path), "a writable location", "", f"{type(err).__name__}: {err}")

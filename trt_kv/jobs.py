@@ -39,6 +39,7 @@ from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.gpu_targets import PORTABLE, parse_targets
+from trt_kv.interrupts import held_sigint, step
 from trt_kv.models.architectures import architecture_named, architecture_of
 from trt_kv.weights_id import weights_digest
 
@@ -132,7 +133,8 @@ class BuildOptions:
 @dataclass(frozen=True)
 class BuiltFile:
     """One engine on disk and its sidecar content; ``reused`` when found, not built;
-    ``rebuilt``: why an engine found for it could not be reused ("" when none was found)."""
+    ``rebuilt``: why an engine found for it, or for its model's other weights
+    (:data:`NO_ENGINE_FOR_WEIGHTS`), could not be reused ("" when none was found)."""
 
     path: Path
     meta: EngineMeta
@@ -157,12 +159,16 @@ def build_to_file(
     """Compile ``network`` for ``targets`` (``()``: portable) and write ``path`` plus its
     sidecar (with the build time and ``roles``, the decoder contract a session backend
     reads: None for a network that is not a decoder, such as the doc example); nothing is
-    written when the build fails or is interrupted."""
-    built = build_engine(builder, network, profiles, targets=targets)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    md = {**(metadata or {}), BUILT_AT_KEY: stamp}
-    meta = describe(network, built, profiles, md, roles, targets)
-    return BuiltFile(save_engine(path, built, meta), meta)
+    written when the build fails or is interrupted before the renames, and both when
+    Ctrl-C comes during them: KeyboardInterrupt then, never before the sidecar is in place
+    (:func:`trt_kv.interrupts.held_sigint`)."""
+    with held_sigint():
+        built = build_engine(builder, network, profiles, targets=targets)
+        step("engine built")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        md = {**(metadata or {}), BUILT_AT_KEY: stamp}
+        meta = describe(network, built, profiles, md, roles, targets)
+        return BuiltFile(save_engine(path, built, meta), meta)
 
 
 DOC_EXAMPLE = "kv_cache_doc_example"
@@ -228,6 +234,11 @@ def weights_of(metadata: dict) -> str | None:
     return recipe.get("weights_sha256") if isinstance(recipe, dict) else None
 
 
+# find_model_engine's reason when only engines of the model's other weights were found: a
+# new file is built beside them (its name holds the weights' digest), none is replaced
+NO_ENGINE_FOR_WEIGHTS = "no engine for these weights"
+
+
 def _changed(what: str, old: object, new: object) -> str:
     return f"{what} changed ({old} -> {new})"
 
@@ -280,9 +291,10 @@ def find_model_engine(
     """``(the engine, "")`` when ``out_dir`` holds one built from these weights, config and
     exactly these options (routes and GPU targets included), by the running TensorRT, with
     an intact checksum and decoder roles; else ``(None, why)``: ``""`` when no engine of
-    this name and these options was found, else the first difference in one line
-    (``weights changed (sha256 3f2a9c01... -> 9c01ab34...)`` for an engine of the same
-    model name and options built from other weights, which stays on disk)."""
+    this name and these options was found, else the first difference in one line; for an
+    engine of the same model name and options built from other weights, which stays on
+    disk, ``no engine for these weights (sha256 9c01ab34...; the one for sha256
+    3f2a9c01... stays)``."""
     path = model_engine_path(name, options, out_dir, weights_sha256)
     if path.is_file() or sidecar_path(path).is_file():
         meta, why = _why_not(path, config, options, weights_sha256)
@@ -293,7 +305,8 @@ def find_model_engine(
             old = weights_of(read_sidecar(sidecar_path(other)).metadata)
         except EngineFileError:
             continue  # a file without a valid sidecar is treated as absent
-        return None, _changed("weights", _short(old), _short(weights_sha256))
+        kept = f"the one for {_short(old)} stays"
+        return None, f"{NO_ENGINE_FOR_WEIGHTS} ({_short(weights_sha256)}; {kept})"
     return None, ""
 
 
@@ -332,13 +345,20 @@ def build_model_engine(
     targets = opts.targets()
     digest = weights_sha256 or weights_digest(weights)
     path = model_engine_path(name, opts, out_dir, digest)
-    net = arch.build_network(config, weights, **opts.network_options())
-    metadata = {
-        **net.metadata(),
-        OPTIONS_KEY: opts.to_json(),
-        "recipe": {"network": arch.name, "model": name, "weights_sha256": digest},
-    }
-    return build_to_file(net.builder, net.network, net.profiles, path, metadata, net.roles, targets)
+    # Ctrl-C while TensorRT builds the network (it would swallow a KeyboardInterrupt raised
+    # in its logger's callback) stops the job once the network is built
+    with held_sigint() as held:
+        net = arch.build_network(config, weights, **opts.network_options())
+        step("network built")
+        held.check()
+        metadata = {
+            **net.metadata(),
+            OPTIONS_KEY: opts.to_json(),
+            "recipe": {"network": arch.name, "model": name, "weights_sha256": digest},
+        }
+        return build_to_file(
+            net.builder, net.network, net.profiles, path, metadata, net.roles, targets
+        )
 
 
 def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:

@@ -88,7 +88,8 @@ class BuildBar:
     time moves while TensorRT sends nothing, ~9 s twice in a default-model build, and a build
     that opens hundreds of sub-phases draws at most ``1 / TICK_SECONDS`` times a second). The
     top-level phase's end shows ``N/N`` (TensorRT-RTX 1.7.1 completes only ``N - 1`` of its
-    steps), drawn before the bar goes.
+    steps), drawn before the bar goes; a cancelled build's shows where it stopped instead:
+    the count it reached and ``stopped in PHASE``, the phase open when TensorRT asked.
     """
 
     def __init__(self, desc: str) -> None:
@@ -96,6 +97,7 @@ class BuildBar:
         self._top: str | None = None
         self._open: list[str] = []  # phases started and not finished, oldest first
         self._shown: str | None = None
+        self._stopped_in: str | None = None  # the phase open when the cancel was seen
         self.cancelled = False
         self.bar = bar(None, desc, bar_format=BUILD_FORMAT)
         self._stop = threading.Event()
@@ -109,9 +111,11 @@ class BuildBar:
 
     def _draw(self) -> None:
         """Redraw (the lock held): counts, the current phase, the elapsed time."""
-        phase = self._open[-1] if self._open else ""
+        phase = self._open[-1][:40] if self._open else ""
+        if self._stopped_in is not None:
+            phase = f"stopped in {self._stopped_in[:40]}"
         if phase != self._shown:
-            self.bar.set_postfix_str(phase[:40], refresh=False)
+            self.bar.set_postfix_str(phase, refresh=False)
             self._shown = phase
         self.bar.refresh()
 
@@ -124,9 +128,13 @@ class BuildBar:
 
     def step_complete(self, phase: str, step: int) -> bool:
         with self._lock:
+            if self.cancelled:  # False cancels the build: it stops here
+                if self._stopped_in is None:
+                    self._stopped_in = self._open[-1] if self._open else phase
+                return False
             if phase == self._top and self.bar.total:
                 self.bar.n = min(step + 1, self.bar.total)
-        return not self.cancelled  # False cancels the build
+        return True
 
     def cancel(self) -> None:
         """Stop the build at TensorRT's next step (it may take seconds to come)."""
@@ -136,8 +144,9 @@ class BuildBar:
         with self._lock:
             if phase in self._open:
                 del self._open[len(self._open) - 1 - self._open[::-1].index(phase)]
-            if phase == self._top:  # done: N/N, and the phase that ended
-                self.bar.n = self.bar.total or self.bar.n
+            if phase == self._top:  # done: N/N and the phase that ended, or where it stopped
+                if self._stopped_in is None:
+                    self.bar.n = self.bar.total or self.bar.n
                 self._open = [phase]
                 self._draw()
 

@@ -4,10 +4,12 @@ bytes, in a fixed order), which engine reuse compares and the sidecar records.
 Hashing SmolLM2-135M's 538 MB of float32 arrays takes 0.3-0.9 s on a 2-core machine
 (``scripts/bench_reuse.py``), so :func:`weights_sha256` caches the digest of weights read
 from files in ``$TRT_KV_CACHE/weights-sha256.json`` (default ``~/.cache/trt_kv``), keyed by
-each checkpoint file's resolved path, size and ``st_mtime_ns`` and by the sha256 of trt_kv's
-own checkpoint readers and weight mapping (a change there can change the arrays). Weights
-without files (seeded random ones) are hashed every time. A file rewritten with the same
-size and its modification time set back would fool the cache: delete the cache file then.
+each checkpoint file's resolved path, size, ``st_mtime_ns``, inode and ``st_ctime_ns`` and
+by the sha256 of trt_kv's own checkpoint readers and weight mapping (a change there can
+change the arrays). Weights without files (seeded random ones) are hashed every time. A
+file rewritten with the same size and its modification time set back still changes its
+ctime (which no user tool sets back), so it is hashed anew; copying the checkpoint
+elsewhere (a new path) does too.
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ def source_files(spec: str | Path) -> list[Path]:
     return [path] if path.is_file() else []
 
 
+def _identity(stat: os.stat_result) -> tuple[int, ...]:
+    """What says a file is unchanged: size, modification time, inode and status-change
+    time (``st_ctime_ns``: set by the kernel on every write, rename or ``utime``, and by no
+    user tool back, so a same-size rewrite with its mtime restored still changes it)."""
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns
+
+
 @cache
 def _readers_sha256() -> str:
     digest = hashlib.sha256()
@@ -66,7 +75,7 @@ def _readers_sha256() -> str:
 
 
 def _key(files: list[Path]) -> str:
-    stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    stats = [(str(p.resolve()), *_identity(p.stat())) for p in files]
     text = json.dumps([_readers_sha256(), stats])
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -74,12 +83,17 @@ def _key(files: list[Path]) -> str:
 def weights_sha256(spec: str | Path, weights: object) -> str:
     """:func:`weights_digest` of ``weights``, loaded by ``load_model(spec)``: from the cache
     when its files are unchanged, else hashed (and cached; a cache that cannot be read or
-    written is passed over)."""
-    from trt_kv.checkpoints.default import cache_dir
+    written is passed over).
+
+    Raises:
+        ArgumentError: ``$TRT_KV_CACHE`` names a file (or a path under one).
+    """
+    from trt_kv.checkpoints.default import cache_dir, check_cache_dir
 
     files = source_files(spec)
     if not files:
         return weights_digest(weights)
+    check_cache_dir(cache_dir())
     store = cache_dir() / CACHE_FILE
     try:
         key = _key(files)

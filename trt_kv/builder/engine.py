@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -16,6 +10,7 @@ from trt_kv._trt import logger as _logger
 from trt_kv._trt import trt
 from trt_kv.builder.kv_cache import cache_update_layers
 from trt_kv.errors import ArgumentError, NetworkError, ShapeError, check_int, mismatch
+from trt_kv.interrupts import held_sigint
 from trt_kv.progress import build_monitor
 
 Shape = tuple[int, ...]
@@ -120,48 +115,6 @@ def _check_update_widths(network: object, profile: Profile) -> None:
             )
 
 
-@contextmanager
-def _interruptible(monitor: object) -> Iterator[None]:
-    """Ctrl-C (SIGINT) during the block cancels the build through ``monitor`` instead of
-    raising inside a TensorRT callback (where TensorRT swallows it and builds on), and says
-    ``interrupting...`` on stderr at once: Python runs its own signal handlers only when the
-    main thread runs Python again (TensorRT's next callback, seconds away), so the signal's
-    wake-up byte (``signal.set_wakeup_fd``) is read by a thread of its own, which runs while
-    the build has released the GIL. TensorRT stops at its next step. Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    said = threading.Lock()  # held once "interrupting..." is said: said once
-
-    def interrupt() -> None:
-        monitor.cancel()
-        if said.acquire(blocking=False):
-            print("interrupting...", file=sys.stderr, flush=True)
-
-    def on_sigint(signum: int, frame: object) -> None:
-        interrupt()  # also here: a wake-up byte can be dropped when the pipe is full
-
-    def watch() -> None:
-        while os.read(read_end, 1) == bytes([signal.SIGINT]):
-            interrupt()
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=watch, name="trt_kv-interrupt", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(previous_fd)
-        signal.signal(signal.SIGINT, previous)
-        os.write(write_end, b"\0")  # ends the watcher
-        watcher.join()
-        os.close(read_end)
-        os.close(write_end)
-
-
 def _set_targets(config: object, targets: tuple[tuple[int, int], ...]) -> None:
     """``IBuilderConfig.set_compute_capability`` for each target (``(8, 9)`` -> ``SM89``).
 
@@ -231,8 +184,14 @@ def build_engine(
     errors_before = log.error_count
     start = time.perf_counter()
     try:
-        with _interruptible(monitor):
-            data = builder.build_serialized_network(network, config)
+        # Ctrl-C cancels through the monitor instead of raising inside a TensorRT callback
+        # (where TensorRT swallows it and builds on); TensorRT stops at its next step
+        with held_sigint() as held:
+            uncancel = held.cancel_with(monitor.cancel)
+            try:
+                data = builder.build_serialized_network(network, config)
+            finally:
+                uncancel()
     finally:
         monitor.close()
     seconds = time.perf_counter() - start

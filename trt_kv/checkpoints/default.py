@@ -32,6 +32,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TRT_KV_CACHE") or Path.home() / ".cache" / "trt_kv")
 
 
+def check_cache_dir(cache: Path) -> None:
+    """ArgumentError naming ``TRT_KV_CACHE`` when ``cache``, or the nearest of its parents
+    that exists, is not a directory (a file there: no folder can be made under it)."""
+    for folder in (cache, *cache.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "a file" if folder == cache else f"{folder} is a file"
+                raise ArgumentError(
+                    mismatch("TRT_KV_CACHE", "a directory", "", f"{cache} ({where})")
+                )
+            return
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -78,6 +91,7 @@ def default_gguf(cache: Path | None = None, progress: bool = True) -> Path:
         ArgumentError: the cache folder cannot be made (``$TRT_KV_CACHE`` names a file, say).
     """
     cache = cache or cache_dir()
+    check_cache_dir(cache)
     dest = cache / Path(GGUF_MEMBER).name
     if dest.is_file() and sha256_of(dest) == GGUF_SHA256:
         return dest

@@ -17,17 +17,19 @@ from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
     from trt_kv.contract import DecoderRoles
+    from trt_kv.engine_file import EngineMeta
 
 GPU_BACKENDS = options.GPU_BACKENDS
 
 
-def pick_backend(asked: str) -> tuple[str, str]:
+def pick_backend(asked: str, targets: tuple[tuple[int, int], ...] = ()) -> tuple[str, str]:
     """``(backend, note)``: ``asked`` as given, or for ``"auto"`` ``tensorrt`` where the
-    installed TensorRT runs on the GPU found (a real one, or the emulated one with
-    ``--emulate-gpu``), else ``interpreter`` with the note `` (auto's pick: no GPU)`` for
-    error messages. A GPU whose compute capability the module does not run is said in one
-    line on stderr, with what would run it (``tensorrt``/``polygraphy`` asked there are
-    refused by :func:`trt_kv.runtime.gpu.cuda.require_tensorrt_gpu`, for the same reason).
+    installed TensorRT, and an engine built for ``targets`` (:func:`engine_targets`), run
+    on the GPU found (a real one, or the emulated one with ``--emulate-gpu``), else
+    ``interpreter`` with the note `` (auto's pick: no GPU)`` for error messages. A GPU whose
+    compute capability the module (or that engine) does not run is said in one line on
+    stderr, with what would run it (``tensorrt``/``polygraphy`` asked there are refused by
+    :func:`trt_kv.runtime.gpu.cuda.require_tensorrt_gpu`, for the same reason).
     """
     from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
@@ -35,7 +37,7 @@ def pick_backend(asked: str) -> tuple[str, str]:
         return asked, ""
     if gpu_unavailable_reason() is not None:
         return "interpreter", " (auto's pick: no GPU)"
-    reason = tensorrt_refusal()
+    reason = tensorrt_refusal(targets)
     if reason is None:
         return "tensorrt", ""
     print(f"trt-kv: running on the CPU interpreter: {reason}", file=sys.stderr)
@@ -109,9 +111,9 @@ def make_backend(
     return TrtBackend(path, cuda_graph=args.cuda_graph, runtime_cache=args.runtime_cache)
 
 
-def engine_sidecar(path: Path) -> DecoderRoles:
-    """The decoder roles of ``--engine``'s sidecar, once it is a decoder engine trt_kv
-    built: judged from the files alone, before any model loads.
+def engine_meta(path: Path) -> EngineMeta:
+    """``--engine``'s sidecar, once it is a decoder engine trt_kv built: judged from the
+    files alone, before any model loads.
 
     Raises:
         EngineFileError: naming ``--engine``: the engine or its sidecar missing, a malformed
@@ -122,9 +124,36 @@ def engine_sidecar(path: Path) -> DecoderRoles:
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
     try:
-        return check_decoder_engine(path, read_sidecar(check_engine_files(path)))
+        meta = read_sidecar(check_engine_files(path))
+        check_decoder_engine(path, meta)
     except EngineFileError as e:
         raise EngineFileError(f"--engine: {e}") from None
+    return meta
+
+
+def engine_sidecar(path: Path) -> DecoderRoles:
+    """The decoder roles of ``--engine``'s sidecar (:func:`engine_meta`, whose errors it
+    raises)."""
+    from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
+
+    return check_decoder_engine(path, engine_meta(path))
+
+
+def engine_targets(args: argparse.Namespace) -> tuple[tuple[int, int], ...]:
+    """The GPU targets of the engine a GPU backend would run (``()``: portable): those
+    ``--engine``'s sidecar records, else those ``--compute-capability`` builds for.
+
+    Raises:
+        EngineFileError: as :func:`engine_meta`. ArgumentError: a ``--compute-capability``
+            the installed TensorRT cannot build for.
+    """
+    from trt_kv.jobs import BuildOptions
+
+    if getattr(args, "engine", None) is not None:
+        return engine_meta(args.engine).targets
+    given = getattr(args, "compute_capability", None)
+    options = BuildOptions() if given is None else BuildOptions(compute_capability=given)
+    return options.targets("--compute-capability")
 
 
 def check_engine_model(path: Path, name: str, config: object, weights_sha256: str) -> None:
@@ -162,17 +191,31 @@ def check_engine_model(path: Path, name: str, config: object, weights_sha256: st
         )
 
 
+def choose_backend(args: argparse.Namespace, builds_engine: bool = False) -> str:
+    """Set ``args.backend`` to the backend that runs (auto's pick made with the targets of
+    the engine it would run, :func:`engine_targets`), refuse the options it would ignore
+    (:func:`check_backend_options`, given ``builds_engine``) and, for a GPU backend, a GPU
+    the installed TensorRT or that engine does not run; returns auto's note ("" if none).
+    Raises ArgumentError, GpuUnavailableError, EngineFileError (``--engine``)."""
+    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, require_tensorrt_gpu
+
+    on_gpu = args.backend in GPU_BACKENDS or (
+        args.backend == "auto" and gpu_unavailable_reason() is None
+    )
+    targets = engine_targets(args) if on_gpu else ()  # what the GPU would be asked to run
+    args.backend, note = pick_backend(args.backend, targets)
+    check_backend_options(args, args.backend, note, builds_engine)
+    if args.backend in GPU_BACKENDS:  # no GPU, or one TensorRT does not run: refused now
+        require_tensorrt_gpu(f"--backend {args.backend}", targets)
+    return note
+
+
 def check_before_loading(args: argparse.Namespace) -> None:
     """Every check of ``generate`` / ``chat`` that needs no model: backend and the options
     it ignores, a GPU the installed TensorRT runs for a GPU backend, ``--model``/``--out``/
     sizes, sampling options, ``--engine``'s files. Raises ArgumentError (or the error of the
     check that failed)."""
-    from trt_kv.runtime.gpu.cuda import require_tensorrt_gpu
-
-    args.backend, note = pick_backend(args.backend)
-    check_backend_options(args, args.backend, note)
-    if args.backend in GPU_BACKENDS:  # no GPU, or one TensorRT does not run: refused now
-        require_tensorrt_gpu(f"--backend {args.backend}")
+    choose_backend(args)
     check_model(args)
     options.check_sampling_options(args)
     if args.engine is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from trt_kv.cli import backends, common, generate
-from trt_kv.cli.checks import check_backend_options, check_model, integer
+from trt_kv.cli.checks import check_model, integer
 from trt_kv.errors import ArgumentError, mismatch
 
 EXAMPLE = "trt-kv bench --backend interpreter --batch 1 8 --context 128 2048 --repeats 5"
@@ -148,13 +148,9 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from trt_kv.examples import load_model
-    from trt_kv.runtime.gpu.cuda import require_tensorrt_gpu
     from trt_kv.runtime.session import Session
 
-    args.backend, note = backends.pick_backend(args.backend)
-    check_backend_options(args, args.backend, note)
-    if args.backend in generate.GPU_BACKENDS:
-        require_tensorrt_gpu(f"--backend {args.backend}")  # before loading any weights
+    backends.choose_backend(args)  # before loading any weights
     check_model(args)
     check_sizes(args)
     model = load_model(args.model, progress=not args.quiet)

@@ -15,13 +15,22 @@ from pathlib import Path
 
 from trt_kv.errors import ArgumentError, mismatch
 
-# Options that only one kind of backend reads: option -> backends it applies to.
+ENGINE_BACKENDS = ("tensorrt", "polygraphy")  # run a TensorRT engine
+NETWORK_BACKENDS = ("interpreter", *ENGINE_BACKENDS)  # build trt_kv's network
+# Options that only some backends read: option -> (its dest, the backends that read it).
+# Given (truthy) with another backend, check_backend_options refuses it by name.
 BACKEND_ONLY = {
-    "engine": ("tensorrt", "polygraphy"),
-    "cuda_graph": ("tensorrt",),
-    "runtime_cache": ("tensorrt",),
-    "emulate_gpu": ("tensorrt", "polygraphy"),
+    "--engine": ("engine", ENGINE_BACKENDS),
+    "--cuda-graph": ("cuda_graph", ("tensorrt",)),
+    "--runtime-cache": ("runtime_cache", ("tensorrt",)),
+    "--emulate-gpu": ("emulate_gpu", ENGINE_BACKENDS),
+    "--compute-capability": ("compute_capability", ENGINE_BACKENDS),
+    "--weights": ("weight_format", NETWORK_BACKENDS),
+    "--device-top-k": ("device_top_k", NETWORK_BACKENDS),
 }
+# Of those, the ones the engine build reads: a command that builds the engine whatever
+# backend then runs (demo) reads them on every backend.
+BUILD_OPTIONS = ("--compute-capability", "--weights", "--device-top-k")
 
 
 def integer(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -151,16 +160,19 @@ def check_prompt_lengths(
         )
 
 
-def check_backend_options(args: argparse.Namespace, backend: str, note: str = "") -> None:
-    """ArgumentError for an option given that ``backend`` would ignore (``--cuda-graph``,
-    ``--engine`` on a CPU backend; a ``--dtype`` other than float32, or ``--weights``, on the
-    reference). ``note`` (set when ``backend`` is auto's pick) spares ``--emulate-gpu``: the
-    emulated device was asked for, and auto looked at it before picking."""
-    for dest, backends in BACKEND_ONLY.items():
-        if dest == "emulate_gpu" and note:
+def check_backend_options(
+    args: argparse.Namespace, backend: str, note: str = "", builds_engine: bool = False
+) -> None:
+    """ArgumentError for an option given that ``backend`` would ignore (:data:`BACKEND_ONLY`:
+    ``--cuda-graph`` or ``--engine`` on a CPU backend, ``--compute-capability`` on the
+    interpreter, ``--weights`` or ``--device-top-k`` on the reference; a ``--dtype`` other
+    than float32 on the reference). ``note`` (set when ``backend`` is auto's pick) spares
+    ``--emulate-gpu``: the emulated device was asked for, and auto looked at it before
+    picking. ``builds_engine`` (demo) spares :data:`BUILD_OPTIONS`."""
+    for flag, (dest, backends) in BACKEND_ONLY.items():
+        if (flag == "--emulate-gpu" and note) or (builds_engine and flag in BUILD_OPTIONS):
             continue
         if getattr(args, dest, None) and backend not in backends:
-            flag = "--" + dest.replace("_", "-")
             raise ArgumentError(
                 mismatch(flag, "--backend", " or ".join(backends), f"{backend}{note}")
             )
@@ -174,19 +186,15 @@ def check_backend_options(args: argparse.Namespace, backend: str, note: str = ""
                 dtype,
             )
         )
-    if backend == "reference" and getattr(args, "weight_format", None) is not None:
-        raise ArgumentError(
-            mismatch("--weights", "none with --backend", "an engine's backend", "reference")
-        )
 
 
 def check_model(args: argparse.Namespace) -> None:
     """``--model`` is ``default``, an existing folder or a ``.gguf`` file; ``--out`` is (or
     can become) a folder; ``--max-step-tokens`` <= ``--max-seq-len``. Raises ArgumentError."""
-    model = getattr(args, "model", None) or "default"  # None: generate --engine alone
-    path = Path(model)
+    model = getattr(args, "model", None)  # None: generate --engine alone
+    path = Path(model or "default")
     gguf = path.suffix.lower() == ".gguf" and path.is_file()
-    if model != "default" and not path.is_dir() and not gguf:
+    if model not in (None, "default") and not path.is_dir() and not gguf:
         state = "a file, not .gguf" if path.exists() else "no such folder or file"
         raise ArgumentError(
             mismatch(

@@ -20,6 +20,16 @@ if TYPE_CHECKING:
 DTYPES = FLOAT_DTYPES  # --dtype
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
 WEIGHTS = (*DTYPES, "int8", "int4", "keep")  # --weights (trt_kv.quantization.storage)
+DEFAULT_MODEL = "default"  # --model not given (and no --engine): SmolLM2-135M-Instruct
+
+
+def resolve_model(args: argparse.Namespace) -> None:
+    """``--model`` not given becomes :data:`DEFAULT_MODEL`, except beside an engine file
+    (``generate --engine``, ``inspect``), whose sidecar gives every size: there it stays
+    None. Done once, as the arguments are parsed (:class:`trt_kv.cli.parser.Parser`), so
+    that every subcommand, and the emulated GPU it may run on, sees the same model."""
+    if getattr(args, "model", False) is None and getattr(args, "engine", None) is None:
+        args.model = DEFAULT_MODEL
 
 
 class DefaultSize(int):
@@ -33,8 +43,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     --compute-capability``; ``helps`` replaces the help of some (by dest) for a subcommand
     that reads them its own way."""
     text = {
-        "model": "'default' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama family or "
-        "GPT-2) or a .gguf file",
+        "model": f"'{DEFAULT_MODEL}' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama "
+        f"family or GPT-2) or a .gguf file (default: {DEFAULT_MODEL}, except beside --engine)",
         "dtype": f"weights and activations (default: {DEFAULT_DTYPE}; the reference backend "
         "computes in float32 only)",
         "max_seq_len": "S_max of every cache (default: %(default)s, or a GPT-2's n_positions "
@@ -58,7 +68,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "set_compute_capability: 7.5 8.0 8.6 8.9 12.0 12.1)",
         **(helps or {}),
     }
-    p.add_argument("--model", default="default", help=text["model"])
+    p.add_argument("--model", default=None, help=text["model"])  # None: resolve_model
     p.add_argument("--dtype", default=None, choices=DTYPES, help=text["dtype"])
     p.add_argument(
         "--max-seq-len",
@@ -158,10 +168,14 @@ def model_engine(
 
 
 def engine_status(r: BuiltFile) -> str:
-    """``"built now"``, ``"rebuilt: weights changed (sha256 3f2a9c01... -> 9c01ab34...)"``
-    or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    """``"built now"``, ``"rebuilt: config changed in ['rms_norm_eps']"`` (an engine of that
+    name replaced), ``"built: no engine for these weights (sha256 9c01ab34...; the one for
+    sha256 3f2a9c01... stays)"`` or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
+    from trt_kv.jobs import NO_ENGINE_FOR_WEIGHTS
+
     if not r.reused:
-        return f"rebuilt: {r.rebuilt}" if r.rebuilt else "built now"
+        verb = "built" if r.rebuilt.startswith(NO_ENGINE_FOR_WEIGHTS) else "rebuilt"
+        return f"{verb}: {r.rebuilt}" if r.rebuilt else "built now"
     when = r.built_at or "at an unrecorded time"
     return f"reused (built {when} in {r.meta.build_seconds:.2f} s)"
 
@@ -226,12 +240,31 @@ def emulated_cc() -> tuple[int, int] | None:
 EMULATED_MODELS_VAR = "TRT_KV_EMULATED_MODELS"  # more models --emulate-gpu may rebuild from
 
 
+def engine_default_model(args: argparse.Namespace) -> list[str]:
+    """``[DEFAULT_MODEL]`` for an engine file given without ``--model`` (``generate
+    --engine``, ``inspect``) whose sidecar's recipe names the default model, the one model
+    trt_kv finds by name; else ``[]`` (a missing or bad sidecar is the command's to say)."""
+    engine = getattr(args, "engine", None)
+    if engine is None or getattr(args, "model", None) is not None:
+        return []
+    from trt_kv.checkpoints.default import NAME
+    from trt_kv.engine_file import read_sidecar, sidecar_path
+    from trt_kv.errors import EngineFileError
+
+    try:
+        recipe = read_sidecar(sidecar_path(Path(engine))).metadata.get("recipe")
+    except EngineFileError:
+        return []
+    return [DEFAULT_MODEL] if isinstance(recipe, dict) and recipe.get("model") == NAME else []
+
+
 def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
     of compute capability ``$TRT_KV_EMULATED_CC``, and given ``--engine`` (or ``--out``) as
     the engine files and ``--model`` (and the ``load_model`` specs in
     ``$TRT_KV_EMULATED_MODELS``, separated by ``os.pathsep``: for ``--engine`` without
-    ``--model``) as the models it may rebuild engines from (sidecars name no paths)."""
+    ``--model``; and the default model for an engine of it, :func:`engine_default_model`)
+    as the models it may rebuild engines from (sidecars name no paths)."""
     import os
 
     if not args.emulate_gpu:
@@ -239,7 +272,7 @@ def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], 
     from trt_kv.emulator import emulated_gpu
 
     engines = [p for p in (getattr(args, "engine", None), getattr(args, "out", None)) if p]
-    models = [args.model] if getattr(args, "model", None) else []
+    models = [args.model] if getattr(args, "model", None) else engine_default_model(args)
     models += [m for m in os.environ.get(EMULATED_MODELS_VAR, "").split(os.pathsep) if m]
     with emulated_gpu(emulated_cc(), engines=engines, models=models):
         return run(args)

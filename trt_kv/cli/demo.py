@@ -7,7 +7,7 @@ import sys
 
 from trt_kv import build_defaults as defaults
 from trt_kv.cli import backends, build, common, generate
-from trt_kv.cli.checks import check_backend_options, check_model, prompt_ids
+from trt_kv.cli.checks import check_model, prompt_ids
 
 EXAMPLE = "trt-kv demo --max-new-tokens 16"
 
@@ -47,10 +47,11 @@ def _run(args: argparse.Namespace) -> int:
     from trt_kv.jobs import doc_example_engine
     from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
-    reason = tensorrt_refusal()  # no GPU, or one the installed TensorRT does not run
+    args.backend = "auto"
+    backends.choose_backend(args, builds_engine=True)
+    # no GPU, or one the installed TensorRT (or an engine for these targets) does not run
+    reason = tensorrt_refusal(backends.engine_targets(args))
     no_gpu = gpu_unavailable_reason() is not None
-    args.backend, note = backends.pick_backend("auto")
-    check_backend_options(args, args.backend, note)
     check_model(args)
     generate.check_prompt_options(args)  # refuse bad prompts before building anything
     if args.prompt is None and args.prompt_ids is not None:

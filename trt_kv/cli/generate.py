@@ -63,7 +63,6 @@ def add_generation_arguments(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_generation_arguments(p)
-    p.set_defaults(model=None)  # None: not given ('default', except beside --engine)
     p.add_argument(
         "--prompt-file",
         type=Path,
@@ -323,9 +322,8 @@ def _engine_only(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     check_before_loading(args)
-    if args.model is None and args.engine is not None:
+    if args.model is None:  # --engine alone (common.resolve_model)
         return _engine_only(args)
-    args.model = args.model or "default"
     take_prompt_file(args)
     check_prompt_options(args)
     if args.prompt is None:  # ids: their lengths are known before loading

@@ -35,6 +35,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"trt-kv: error: {message}\n")
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """argparse's, then ``--model``'s default resolved
+        (:func:`trt_kv.cli.common.resolve_model`)."""
+        from trt_kv.cli.common import resolve_model
+
+        parsed = super().parse_args(args, namespace)
+        resolve_model(parsed)
+        return parsed
+
 
 class VersionAction(argparse.Action):
     """``--version``: print :func:`trt_kv.cli.version.version_text` and exit 0 (its imports

@@ -5,24 +5,19 @@ from __future__ import annotations
 import sys
 
 
-def _cuda_version(v: int) -> str:
-    """CUDA's integer version ``13040`` as ``"13.4"``."""
-    return f"{v // 1000}.{v % 1000 // 10}"
-
-
 def cuda_status() -> str:
     """Driver version and device count/name, or why no device is usable."""
     try:
         from cuda.bindings import runtime as rt
     except ImportError as e:
         return f"cuda-python not importable ({e})"
+    from trt_kv.runtime.gpu.cuda import cuda_version_text, gpu_unavailable_reason
+
     _, driver = rt.cudaDriverGetVersion()
     _, runtime = rt.cudaRuntimeGetVersion()
-    head = f"runtime {_cuda_version(runtime)}, " + (
-        f"driver {_cuda_version(driver)}" if driver else "no driver"
+    head = f"runtime {cuda_version_text(runtime)}, " + (
+        f"driver {cuda_version_text(driver)}" if driver else "no driver"
     )
-    from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
-
     reason = gpu_unavailable_reason()
     if reason is not None:
         return f"{head}; no usable device: {reason}"

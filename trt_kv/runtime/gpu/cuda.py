@@ -20,7 +20,8 @@ CPU_BACKENDS = ("reference", "interpreter")
 
 @cache
 def gpu_unavailable_reason() -> str | None:
-    """None when a CUDA device is usable, else why not (no driver, no device...)."""
+    """None when a CUDA device is usable, else why not, in words (:func:`count_failure`:
+    no NVIDIA driver, one older than the CUDA runtime, no device...)."""
     try:
         from cuda.bindings import runtime as rt
 
@@ -28,10 +29,36 @@ def gpu_unavailable_reason() -> str | None:
     except Exception as e:  # no driver library, no cuda-python...
         return f"no CUDA driver ({type(e).__name__}: {e})"
     if err != rt.cudaError_t.cudaSuccess:
-        return f"cudaGetDeviceCount failed: {rt.cudaGetErrorString(err)[1].decode()}"
+        _, driver = rt.cudaDriverGetVersion()
+        _, runtime = rt.cudaRuntimeGetVersion()
+        return count_failure(err, driver, runtime)
     if count == 0:
         return "no CUDA device"
     return None
+
+
+def cuda_version_text(version: int) -> str:
+    """CUDA's integer version ``13040`` as ``"13.4"``."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def count_failure(err: object, driver: int, runtime: int) -> str:
+    """Why ``cudaGetDeviceCount`` failed with ``err``, given ``cudaDriverGetVersion``'s
+    ``driver`` (0: no driver library loaded) and the CUDA ``runtime`` version.
+    ``cudaErrorInsufficientDriver`` is what the runtime answers both without a driver and
+    with one older than itself: the first is said as "no NVIDIA driver found"."""
+    from cuda.bindings import runtime as rt
+
+    if err == rt.cudaError_t.cudaErrorInsufficientDriver and not driver:
+        return "no NVIDIA driver found"
+    if err == rt.cudaError_t.cudaErrorInsufficientDriver:
+        return (
+            f"the NVIDIA driver (CUDA {cuda_version_text(driver)}) is older than the CUDA "
+            f"runtime ({cuda_version_text(runtime)}) needs"
+        )
+    if err == rt.cudaError_t.cudaErrorNoDevice:
+        return "no CUDA device"
+    return f"cudaGetDeviceCount failed: {rt.cudaGetErrorString(err)[1].decode()}"
 
 
 def device_capability(index: int = 0) -> tuple[tuple[int, int], str]:
