@@ -10,9 +10,9 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -137,18 +137,28 @@ def exclusive(guard: Guard, operation: str) -> Iterator[None]:
 F = TypeVar("F", bound=Callable)
 
 
-def one_thread(method: F) -> F:
-    """Run a backend's ``method`` (a step, its ``close``) under :func:`exclusive` on the
-    backend's guard, named ``Type.method``: a second thread's step, or a ``close`` during a
-    step, raises :class:`~trt_kv.errors.ConcurrentUseError` instead of mixing two steps'
-    inputs in one set of bindings and buffers."""
+def held(hold: Callable[[Any, str], AbstractContextManager]) -> Callable[[F], F]:
+    """A decorator: the method runs inside ``hold(self, the method's name)``."""
 
-    @functools.wraps(method)
-    def wrapper(self: object, *args: object, **kwargs: object) -> object:
-        with exclusive(guard_of(self), f"{type(self).__name__}.{method.__name__}"):
-            return method(self, *args, **kwargs)
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def wrapper(self: object, *args: object, **kwargs: object) -> object:
+            with hold(self, method.__name__):
+                return method(self, *args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _backend_held(backend: object, method: str) -> AbstractContextManager:
+    return exclusive(guard_of(backend), f"{type(backend).__name__}.{method}")
+
+
+# Run a backend's method (a step, its close) under :func:`exclusive` on the backend's guard,
+# named ``Type.method``: a second thread's step, or a close during a step, raises
+# ConcurrentUseError instead of mixing two steps' inputs in one set of bindings and buffers.
+one_thread = held(_backend_held)
 
 
 def check_open(backend: str, closed: bool) -> None:

@@ -8,10 +8,8 @@ session.fork(0, 2); session.crop(1, 3); snap = session.snapshot(0)
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
 
 import numpy as np
 
@@ -30,12 +28,11 @@ from trt_kv.runtime.backend import (
     check_backend,
     exclusive,
     guard_of,
+    held,
 )
 from trt_kv.runtime.cache_state import CacheState, id_array
 from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
-
-F = TypeVar("F", bound=Callable)
 
 
 def _decode_ids(tokens: object) -> np.ndarray:
@@ -46,15 +43,7 @@ def _decode_ids(tokens: object) -> np.ndarray:
     return ids.reshape(-1, 1)
 
 
-def _exclusive(method: F) -> F:
-    """Run ``method`` under :meth:`Session.exclusive`, named by its own name."""
-
-    @functools.wraps(method)
-    def wrapper(self: Session, *args: object, **kwargs: object) -> object:
-        with self.exclusive(method.__name__):
-            return method(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+_exclusive = held(lambda session, name: session.exclusive(name))  # Session.exclusive(name)
 
 
 class Session:
