@@ -420,6 +420,63 @@ def test_profile_growing_a_padded_update_past_s_max_is_refused():
         build_engine(builder, net, [too_wide])
 
 
+def _dynamic_update(form):
+    """A cache update whose N and H are dynamic: an input, padded ``[B, N, S, H]`` or packed
+    ``[T, N, H]``, or ``neg_x``, computed from a dynamic input ``x``."""
+    builder, net = create_network()
+    cache = add_cache_input(
+        net, "past", num_heads=N, max_seq_len=S_MAX, head_dim=H, dtype="float16", batch=B
+    )
+    idx = net.add_input("write_indices", trt.int32, (B,))
+    lengths = None
+    if form == "packed":
+        update = net.add_input("update", trt.float16, (-1, -1, -1))
+        lengths = net.add_input("update_lengths", trt.int32, (B + 1,))
+    elif form == "padded":
+        update = net.add_input("update", trt.float16, (B, -1, -1, -1))
+    else:
+        x = net.add_input("x", trt.float16, (B, -1, -1, -1))
+        update = net.add_unary(x, trt.UnaryOperation.NEG).get_output(0)
+        update.name = "neg_x"
+    add_kv_cache_update(net, cache, update, idx, output_name="present", update_lengths=lengths)
+    return builder, net
+
+
+def test_profile_of_a_padded_update_whose_n_differs_from_the_cache_is_refused_by_name():
+    """TensorRT's own error named neither the update nor the cache, nor the sizes."""
+    builder, net = _dynamic_update("padded")
+    wide = Profile("p", {"update": ((B, N, 1, H), (B, N, 1, H), (B, N + 1, S_MAX, H))})
+    with pytest.raises(
+        ShapeError,
+        match=rf"^update in profile 'p': expected max N \(axis 1\) of cache past {N}, got {N + 1}$",
+    ):
+        build_engine(builder, net, [wide])
+
+
+def test_profile_of_a_packed_update_whose_h_differs_from_the_cache_is_refused_by_name():
+    """TensorRT's own error said "the same number of heads" for a head size that differs."""
+    builder, net = _dynamic_update("packed")
+    wide = Profile("p", {"update": ((1, N, H), (B, N, H + 1), (B * S_MAX, N, H + 1))})
+    with pytest.raises(
+        ShapeError,
+        match=rf"^update in profile 'p': expected opt H \(axis 2\) of cache past {H}, got {H + 1}$",
+    ):
+        build_engine(builder, net, [wide])
+
+
+def test_a_computed_update_whose_n_or_h_differs_from_the_cache_names_both():
+    """An update computed in the network has no profile of its own: TensorRT finds the
+    disagreement; the error names the update, the cache and the sizes it must have."""
+    builder, net = _dynamic_update("computed")
+    profile = Profile("p", {"x": ((B, N, 1, H), (B, N, 1, H + 2), (B, N, S_MAX, H + 2))})
+    with pytest.raises(
+        ShapeError,
+        match=rf"^neg_x \(update of cache past\): expected N \(axis 1\) and H \(axis 3\) "
+        rf"of the cache {N} and {H} in every profile, got other sizes \(TensorRT: .*heads",
+    ):
+        build_engine(builder, net, [profile])
+
+
 def test_profile_with_min_above_max_or_negative_sizes_is_refused():
     builder, net, cache, update, idx = _padded()
     add_kv_cache_update(net, cache, update, idx, output_name="present")

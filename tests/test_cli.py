@@ -47,7 +47,7 @@ def test_build_a_checkpoint_folder(tiny_model, tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert re.search(rf"{tiny_model.name}-[0-9a-f]{{8}}-float16-s32-b2-t8\.engine", out), out
+    assert re.search(rf"{tiny_model.name}-[0-9a-f]{{8}}-float16-s32-b2-t8-k1\.engine", out), out
 
 
 def test_generate_json_lists_generated_ids_per_prompt(tiny_model, capsys):

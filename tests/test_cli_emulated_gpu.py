@@ -139,9 +139,9 @@ def test_an_engine_s_sizes_are_the_ones_prompts_are_judged_by(tiny_model, tmp_pa
     assert capsys.readouterr().err == (
         "trt-kv: error: --max-seq-len: expected the --engine's 24 (or leave it out), got 64\n"
     )
-    assert main([*base, "--prompt-ids", ids, "--device-top-k", "2"]) == 2  # built with 0
+    assert main([*base, "--prompt-ids", ids, "--device-top-k", "2"]) == 2  # built with 1
     assert capsys.readouterr().err == (
-        "trt-kv: error: --device-top-k: expected the --engine's 0 (or leave it out), got 2\n"
+        "trt-kv: error: --device-top-k: expected the --engine's 1 (or leave it out), got 2\n"
     )
     assert main([*base, "--prompt-ids", ids, "--max-new-tokens", "4", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["ids"][0]) == 4

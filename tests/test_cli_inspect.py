@@ -18,7 +18,7 @@ def engine(tmp_path_factory, model):
     out = tmp_path_factory.mktemp("engines")
     args = ("--max-seq-len", "32", "--max-batch", "2", "--max-step-tokens", "8", "-q")
     run_cli("build", "--model", model, "--out", out, *args)
-    (path,) = out.glob("tiny-*-float16-s32-b2-t8.engine")  # the weights' digest in the name
+    (path,) = out.glob("tiny-*-float16-s32-b2-t8-k1.engine")  # the weights' digest in the name
     return path
 
 

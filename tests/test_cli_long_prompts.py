@@ -36,5 +36,5 @@ def test_prompts_of_70_100_and_130_tokens_share_one_engine(tiny_model, tmp_path,
         assert out["ids"] == run_json(capsys, *ask, "--backend", "reference")["ids"]
         (engine,) = tmp_path.glob("*.engine")  # one engine, named by the weights' digest too
         assert re.fullmatch(
-            rf"{tiny_model.name}-[0-9a-f]{{8}}-float16-s512-b1-t128\.engine", engine.name
+            rf"{tiny_model.name}-[0-9a-f]{{8}}-float16-s512-b1-t128-k1\.engine", engine.name
         )

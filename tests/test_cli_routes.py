@@ -41,7 +41,7 @@ def test_build_with_forced_routes_names_them_in_the_file_and_the_sidecar(model, 
     routes = "attention=primitive,rope=elementwise"
     run_cli("build", "--model", model, "--out", tmp_path, *SHAPE, "--routes", routes, "-q")
     (engine,) = tmp_path.glob(
-        "tiny-*-float16-s32-b2-t8-attention_primitive.rope_elementwise.engine"
+        "tiny-*-float16-s32-b2-t8-attention_primitive.rope_elementwise-k1.engine"
     )
     sidecar = json.loads(sidecar_path(engine).read_text())
     assert sidecar["metadata"]["routes"] == {

@@ -144,13 +144,13 @@ def test_engines_of_other_shapes_never_overwrite_each_other(tiny, tmp_path):
     for s_max in ("32", "48"):
         run_cli("build", "--model", tiny, "--out", tmp_path, "--max-seq-len", s_max, "-q")
     names = sorted(re.sub("-[0-9a-f]{8}-", "-", p.name) for p in tmp_path.glob("tiny*.engine"))
-    assert names == ["tiny-float16-s32-b8-t32.engine", "tiny-float16-s48-b8-t48.engine"]
+    assert names == ["tiny-float16-s32-b8-t32-k1.engine", "tiny-float16-s48-b8-t48-k1.engine"]
 
 
 def test_demo_reuses_an_engine_and_says_when_and_how_long_it_took_to_build(tiny, tmp_path):
     args = ("demo", "--model", tiny, "--out", tmp_path, "--max-seq-len", "32", "-q")
     first = run_cli(*args).stdout
-    name = r"tiny-[0-9a-f]{8}-float16-s32-b8-t32\.engine"
+    name = r"tiny-[0-9a-f]{8}-float16-s32-b8-t32-k1\.engine"
     assert re.search(rf"{name} .* built now", first), first
     built_s = re.search(rf"{name} .* (\d+\.\d\d) +built now", first)[1]
     second = run_cli(*args).stdout

@@ -115,6 +115,25 @@ def test_an_optional_role_is_taken_when_the_network_has_its_input():
     assert roles.inputs["kv_lengths"] == "key_value_lengths"
 
 
+def test_a_tensor_named_by_two_roles_is_refused_naming_both():
+    """kv_lengths fed to write_indices: the runtime would feed one tensor twice, wrongly."""
+    from dataclasses import replace
+
+    from trt_kv.builder.contract import _network_specs
+    from trt_kv.contract import check_roles
+
+    _, net, _ = network()
+    roles = decoder_roles(net, decoder_profiles(net, max_batch=1, max_step_tokens=1))
+    twice = replace(roles, inputs={**roles.inputs, "kv_lengths": "write_indices"})
+    inputs, outputs = _network_specs(net)
+    expected = (
+        r"^decoder roles: expected one role per tensor, "
+        r"got write_indices named by the roles write_indices and kv_lengths$"
+    )
+    with pytest.raises(NetworkError, match=expected):
+        check_roles(twice, inputs, outputs)
+
+
 def test_a_network_without_a_cache_update_is_refused():
     _, net = create_network()
     net.add_input("input_ids", trt.int32, (-1, -1))

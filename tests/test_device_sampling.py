@@ -105,6 +105,16 @@ def test_a_bad_device_top_k_is_refused(options, match):
         build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, **options)
 
 
+def test_a_network_built_with_no_device_top_k_picks_the_next_token_itself():
+    """Issue 37: the default is 1 (a greedy GPU step downloads next_token [B], not the
+    logits); a network of every position's logits (all_logits) has no sampling outputs."""
+    assert build_llama_network(TINY_GQA, WEIGHTS, **SHAPES).roles.sampling_outputs() == (
+        "next_token",
+    )
+    every = build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, all_logits=True)
+    assert every.roles.sampling_outputs() == ()
+
+
 def test_the_roles_record_k_and_check_its_outputs():
     net = build_llama_network(TINY_GQA, WEIGHTS, **SHAPES, device_top_k=4)
     assert net.roles.device_top_k == 4

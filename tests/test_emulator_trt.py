@@ -262,3 +262,46 @@ def test_close_destroys_graphs_executables_and_the_stream(tmp_path):
         assert len(gpu.graphs) == len(before[0]) + 1
         backend.close()
         assert (set(gpu.graphs), set(gpu.execs), set(gpu.streams)) == before
+
+
+def _widen_batch(side, to):
+    """The sidecar edited to batch ``to``: every profile's max B, and the roles' max_batch."""
+    for profile in side["profiles"]:
+        for shapes in profile["shapes"].values():
+            shapes[2][0] = to
+    side["roles"]["max_batch"] = side["metadata"]["max_batch"] = to
+
+
+def test_a_sidecar_whose_profiles_differ_from_the_recipe_build_is_refused(tmp_path):
+    """The emulated engine took its profiles from the sidecar: one edited to batch 4 ran a
+    batch-3 step on an engine built for B <= 2, where a real one refuses set_input_shape."""
+    import json
+
+    from cli_user import write_tiny_model
+
+    from trt_kv.engine_file import sidecar_path
+    from trt_kv.examples import load_model
+    from trt_kv.jobs import build_model_engine
+
+    folder = write_tiny_model(tmp_path / "tiny")
+    model = load_model(folder, progress=False)
+    built = build_model_engine(
+        "tiny",
+        model.config,
+        model.weights,
+        out_dir=tmp_path,
+        dtype="float32",
+        max_seq_len=16,
+        max_batch=2,
+        max_step_tokens=4,
+    )  # fmt: skip  (outside the emulator: rebuilt from its recipe)
+    side = json.loads(sidecar_path(built.path).read_text())
+    _widen_batch(side, 4)
+    sidecar_path(built.path).write_text(json.dumps(side))
+    log = Log()
+    with emulated_gpu(engines=[built.path], models=[folder]):
+        assert trt.Runtime(log).deserialize_cuda_engine(built.path.read_bytes()) is None
+    assert log.errors[-1].endswith(
+        ": sidecar profile decode input input_ids: expected [min, opt, max] as built "
+        "[[1, 1], [2, 1], [2, 1]], got [[1, 1], [2, 1], [4, 1]]"
+    ), log.errors

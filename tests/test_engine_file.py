@@ -311,6 +311,22 @@ def test_a_sidecar_from_before_device_top_k_reads_as_0(llama_engine, tmp_path):
     assert load_engine_file(_copy(llama_engine, tmp_path, edited))[1].roles.device_top_k == 0
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("max_batch", "2", r"metadata.max_batch: expected an integer >= 1, got '2'$"),
+        ("max_seq_len", 0, r"metadata.max_seq_len: expected an integer >= 1, got 0$"),
+        ("max_step_tokens", 8.0, r"metadata.max_step_tokens: expected an integer >= 1, got 8.0$"),
+        ("all_logits", "no", r"metadata.all_logits: expected true or false, got 'no'$"),
+    ],
+)
+def test_the_metadata_sizes_are_checked_by_type(llama_engine, tmp_path, key, value, match):
+    """metadata.max_batch "2" was read as it came (roles.max_batch was checked)."""
+    edited = _edited(llama_engine, lambda d: d["metadata"].update({key: value}))
+    with pytest.raises(EngineFileError, match=match):
+        load_engine_file(_copy(llama_engine, tmp_path, edited))
+
+
 def test_a_new_sidecar_field_is_one_row_of_the_table():
     from trt_kv.sidecar import FIELDS, EngineMeta
 

@@ -127,3 +127,25 @@ def test_a_failed_step_is_never_followed_by_a_replay(engine):
         assert counts.trt["execute_async_v3"] == 1 and "cudaGraphLaunch" not in counts.calls
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_greedy_decode_steps_of_the_default_engine_download_4_bytes_a_sequence(engine, batch):
+    """The engine is built with every option but its shapes left at the default: issue 37
+    made that device_top_k 1, so each greedy decode step of generate downloads next_token
+    [B] int32, not the logits [B, V] float32 (196,608 bytes a sequence for SmolLM2); the
+    prefill still takes the logits (generate's design)."""
+    from trt_kv.emulator import counting, is_active
+    from trt_kv.runtime import generate
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
+
+    if not is_active():
+        pytest.skip("call counts exist on the emulated device only")
+    backend = TrtBackend(engine, capacity=2)
+    try:
+        with counting() as counts:
+            generate(Session(backend), [[3, 4, 5]] * batch, 3)
+        prefill, decode = batch * TINY_GQA.vocab_size * 4, batch * 4
+        assert counts.bytes["DH"] == prefill + 2 * decode  # 3 new tokens: 2 decode steps'
+    finally:
+        backend.close()

@@ -262,7 +262,7 @@ def test_build_for_explicit_targets_names_and_records_them(tiny_model, tmp_path,
     argv = ["build", "--model", str(tiny_model), "--out", str(tmp_path), *SHAPES, "-q"]
     assert main([*argv, "--compute-capability", "12.0,8.6"]) == 0
     (engine,) = tmp_path.glob(f"{tiny_model.name}-*.engine")
-    assert engine.name.endswith("-float16-s24-b2-t8-cc_12.0_8.6.engine")
+    assert engine.name.endswith("-float16-s24-b2-t8-k1-cc_12.0_8.6.engine")
     side = json.loads((tmp_path / f"{engine.name}.json").read_text())
     assert side["compute_capabilities"] == ["8.6", "12.0"]
     assert side["metadata"]["build_options"]["compute_capability"] == "12.0,8.6"

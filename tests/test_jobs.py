@@ -18,8 +18,8 @@ from trt_kv.jobs import (
 from trt_kv.models.llama import LlamaConfig, random_weights
 
 
-def test_default_key_names_dtype_and_every_shape():
-    assert BuildOptions().key() == "float16-s512-b8-t128"
+def test_default_key_names_dtype_every_shape_and_k():
+    assert BuildOptions().key() == "float16-s512-b8-t128-k1"
 
 
 def test_options_off_their_default_join_the_key():
@@ -27,12 +27,13 @@ def test_options_off_their_default_join_the_key():
     options = BuildOptions("bfloat16", 256, 4, 64, all_logits=True, routes=routes)
     assert options.key() == (
         "bfloat16-s256-b4-t64-all_logits-attention_primitive.cache_update_plugin.key_value_lengths"
+        "-k0"
     )
 
 
 def test_weights_in_the_activation_dtype_are_the_default_engine():
     assert BuildOptions(weight_format="float16") == BuildOptions()
-    assert BuildOptions(weight_format="keep").key() == "float16-s512-b8-t128-weights_keep"
+    assert BuildOptions(weight_format="keep").key() == "float16-s512-b8-t128-weights_keep-k1"
 
 
 def test_a_new_build_option_joins_the_key_without_other_edits():
@@ -41,8 +42,8 @@ def test_a_new_build_option_joins_the_key_without_other_edits():
         route: str = "auto"
         parts: tuple = ()
 
-    assert Routed().key() == "float16-s512-b8-t128"
-    assert Routed(route="attention-v2").key() == "float16-s512-b8-t128-route_attention_v2"
+    assert Routed().key() == "float16-s512-b8-t128-k1"
+    assert Routed(route="attention-v2").key() == "float16-s512-b8-t128-k1-route_attention_v2"
     digest = Routed(parts=("a", "b")).key().rsplit("-", 1)[1]
     assert digest.startswith("parts_") and len(digest) == len("parts_") + 8
 
@@ -59,9 +60,31 @@ def test_every_option_pair_gives_another_file_name(tmp_path):
         BuildOptions(routes=Routes(rope="elementwise")),
         BuildOptions(weight_format="keep"),
         BuildOptions(weight_format="int4"),
+        BuildOptions(device_top_k=0),
+        BuildOptions(device_top_k=4),
     ]
     paths = {model_engine_path("m", v, tmp_path) for v in variants}
     assert len(paths) == len(variants)
+
+
+def test_the_default_device_top_k_is_1_and_0_with_all_logits():
+    """A greedy GPU step of the default engine downloads 4 * B bytes (issue 37: the default
+    was 0, the whole [B, V] logits); all_logits builds have no sampling outputs."""
+    assert BuildOptions().device_top_k == 1
+    assert BuildOptions(all_logits=True).device_top_k == 0
+    assert BuildOptions(all_logits=True, device_top_k=0) == BuildOptions(all_logits=True)
+
+
+def test_an_explicit_device_top_k_with_all_logits_is_refused_before_building(tmp_path):
+    with pytest.raises(
+        ArgumentError,
+        match=r"^device_top_k: expected 0 with all_logits \(logits of every position\), got 1$",
+    ):
+        build_model_engine(
+            "t", TINY_GQA, random_weights(TINY_GQA), out_dir=tmp_path, all_logits=True,
+            device_top_k=1, max_seq_len=16, max_batch=1, max_step_tokens=4,
+        )  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
 
 
 WEIGHTS = random_weights(TINY_GQA)
@@ -85,7 +108,7 @@ def find(options, out, config=TINY_GQA, digest=DIGEST):
 
 def test_sidecar_holds_the_options_and_the_build_time(built):
     engine = built[2]
-    assert engine.path.name == f"tiny-{DIGEST[:8]}-float32-s16-b2-t4.engine"
+    assert engine.path.name == f"tiny-{DIGEST[:8]}-float32-s16-b2-t4-k1.engine"
     assert engine.meta.metadata["build_options"] == {
         "dtype": "float32",
         "max_seq_len": 16,
@@ -99,7 +122,7 @@ def test_sidecar_holds_the_options_and_the_build_time(built):
             "key_value_lengths": False,
         },
         "weight_format": None,
-        "device_top_k": 0,
+        "device_top_k": 1,
         "compute_capability": "portable",
     }
     assert engine.meta.metadata["recipe"] == {
@@ -116,6 +139,18 @@ def test_the_same_weights_options_and_config_find_the_engine_as_reused(built):
     found, why = find(options, out)
     assert found is not None and found.reused and why == ""
     assert (found.path, found.meta) == (engine.path, engine.meta)
+
+
+def test_an_engine_named_before_the_default_k_became_1_is_not_reused(built, tmp_path):
+    """Before issue 37 the default engine was built with device_top_k 0 and its name had no
+    k (``tiny-DIGEST-float32-s16-b2-t4.engine``): it is not the default engine now."""
+    options = built[1]
+    old_default = dataclasses.replace(options, device_top_k=0)
+    k0 = build_model_engine("tiny", TINY_GQA, WEIGHTS, out_dir=tmp_path, **old_default.to_json())
+    old_name = tmp_path / f"tiny-{DIGEST[:8]}-float32-s16-b2-t4.engine"
+    k0.path.rename(old_name)
+    sidecar_path(k0.path).rename(sidecar_path(old_name))
+    assert find(options, tmp_path) == (None, "")  # absent: the default engine is built
 
 
 def test_another_config_or_option_is_not_reused(built, tmp_path):
@@ -224,8 +259,8 @@ def test_a_malformed_sidecar_means_rebuild_not_a_crash(built, tmp_path, sidecar)
 
 
 def test_max_step_tokens_defaults_to_128_or_s_max_when_smaller():
-    assert BuildOptions(max_seq_len=32).key() == "float16-s32-b8-t32"
-    assert BuildOptions(max_seq_len=32, max_step_tokens=8).key() == "float16-s32-b8-t8"
+    assert BuildOptions(max_seq_len=32).key() == "float16-s32-b8-t32-k1"
+    assert BuildOptions(max_seq_len=32, max_step_tokens=8).key() == "float16-s32-b8-t8-k1"
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,17 @@ MAX_SEQ_LEN = 512  # S_max of every cache
 MAX_BATCH = 8  # most sequences per step
 MAX_STEP_TOKENS = 128  # most tokens per sequence in one step (longer prompts: chunks)
 # candidates the network itself picks for the next token (a TopK layer after the logits):
-# 0 off (the logits only), 1 greedy (``next_token [B]``), k > 1 the k best ids and logits
-DEVICE_TOP_K = 0
+# 0 off (the logits only), 1 greedy (``next_token [B]``: a greedy GPU step downloads 4 * B
+# bytes, not the [B, V] logits), k > 1 the k best ids and logits. Builds with all_logits
+# (the logits of every position) take 0 (see default_device_top_k).
+DEVICE_TOP_K = 1
+
+
+def default_device_top_k(all_logits: bool) -> int:
+    """``device_top_k`` when none is given: :data:`DEVICE_TOP_K`, or 0 with ``all_logits``
+    (which has no sampling outputs; an explicit k >= 1 with it is refused)."""
+    return 0 if all_logits else DEVICE_TOP_K
+
 
 # tokens a command generates when --max-new-tokens is not given (generate and chat: at most
 # what fits S_max)

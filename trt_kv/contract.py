@@ -178,9 +178,10 @@ class DecoderRoles:
         """Every member by type and range, and the rules between members: ``inputs`` maps
         known roles to names, with exactly one token role and every required role;
         ``vocab_size``, ``max_seq_len``, ``max_batch``, ``max_step_tokens`` integers >= 1,
-        ``max_step_tokens`` <= ``max_seq_len``; ``long_rope_after`` None or >= 1 (and then
-        the ``rope_lengths`` role); ``embedding_dim`` >= 1 and ``embedding_dtype`` a float
-        dtype with ``embeddings``; ``device_top_k`` as :func:`check_device_top_k`.
+        ``max_step_tokens`` <= ``max_seq_len``; no tensor named by two roles (an input role
+        or a cache); ``long_rope_after`` None or >= 1 (and then the ``rope_lengths`` role);
+        ``embedding_dim`` >= 1 and ``embedding_dtype`` a float dtype with ``embeddings``;
+        ``device_top_k`` as :func:`check_device_top_k`.
 
         Raises:
             ``error`` (ArgumentError unless given), naming the member: ``<where>.max_batch:
@@ -279,6 +280,7 @@ def _check_members(r: DecoderRoles, where: str) -> None:
         raise _fail(f"{where}.caches", "a tuple of CacheRole", r.caches)
     for i, cache in enumerate(r.caches):
         cache.check(f"{where}.caches[{i}]")
+    _check_one_role_each(r, where)
     for key in ("vocab_size", "max_seq_len", "max_batch", "max_step_tokens"):
         _integer(f"{where}.{key}", getattr(r, key), 1)
     if r.max_step_tokens > r.max_seq_len:
@@ -300,6 +302,19 @@ def _check_members(r: DecoderRoles, where: str) -> None:
                 f"{where}.embedding_dtype", f"one of {list(FLOAT_DTYPES)}", r.embedding_dtype
             )
     check_device_top_k(r.device_top_k, r.vocab_size, r.all_logits, where=f"{where}.device_top_k")
+
+
+def _check_one_role_each(r: DecoderRoles, where: str) -> None:
+    """Raises ArgumentError for a tensor that two roles (an input role or a cache) name: the
+    runtime would feed it twice, one value overwriting the other."""
+    named = [*r.inputs.items(), *((f"cache {c.input}", c.input) for c in r.caches)]
+    by_tensor: dict[str, list[str]] = {}
+    for role, name in named:
+        by_tensor.setdefault(name, []).append(role)
+    for name, of in by_tensor.items():
+        if len(of) > 1:
+            got = f"{name} named by the roles {' and '.join(of)}"
+            raise ArgumentError(mismatch(where, "one role per tensor", "", got))
 
 
 def check_tensor(

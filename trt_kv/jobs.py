@@ -58,9 +58,11 @@ def _tag(tag: str, always: bool = True, network: bool = True) -> dict:
 class BuildOptions:
     """Every option of a model engine build (keywords of ``build_llama_network``).
 
-    File-name parts: ``float16-s512-b8-t128`` always; other fields only off their default,
-    as ``name_value`` (``name`` for True). The defaults are :mod:`trt_kv.build_defaults`'s;
-    ``max_step_tokens`` None is :func:`~trt_kv.build_defaults.default_step_tokens`.
+    File-name parts: ``float16-s512-b8-t128`` and ``k1`` always; other fields only off
+    their default, as ``name_value`` (``name`` for True). The defaults are
+    :mod:`trt_kv.build_defaults`'s; ``max_step_tokens`` None is
+    :func:`~trt_kv.build_defaults.default_step_tokens`, ``device_top_k`` None
+    :func:`~trt_kv.build_defaults.default_device_top_k` (1; 0 with ``all_logits``).
     """
 
     dtype: str = field(default=defaults.DTYPE, metadata=_tag(""))
@@ -72,8 +74,10 @@ class BuildOptions:
     routes: Routes = field(default_factory=Routes)
     # None: weights in ``dtype``; "int8" / "int4" / "keep" (see build_llama_network)
     weight_format: str | None = field(default=None, metadata=_tag("weights", always=False))
-    # k of the network's own next-token candidates (0: off; see build_llama_network)
-    device_top_k: int = field(default=defaults.DEVICE_TOP_K, metadata=_tag("k", always=False))
+    # k of the network's own next-token candidates (0: off; see build_llama_network); None:
+    # the default for all_logits (build_defaults.default_device_top_k). Always in the file
+    # name ("-k1"): an engine named before the default became 1 (no "-k") is never reused
+    device_top_k: int | None = field(default=None, metadata=_tag("k"))
     # GPU targets: "portable" (TensorRT-RTX's default), or "8.9" / "8.0,12.0"
     # (IBuilderConfig.set_compute_capability; see trt_kv.gpu_targets)
     compute_capability: str = field(
@@ -84,6 +88,9 @@ class BuildOptions:
         if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
             step = defaults.default_step_tokens(self.max_seq_len)
             object.__setattr__(self, "max_step_tokens", step)
+        if self.device_top_k is None:
+            k = defaults.default_device_top_k(self.all_logits)
+            object.__setattr__(self, "device_top_k", k)
         if isinstance(self.routes, dict):  # from to_json(): a sidecar or a CLI round trip
             object.__setattr__(self, "routes", Routes.from_json(self.routes))
         if self.weight_format == self.dtype:  # weights in the activation dtype: the default

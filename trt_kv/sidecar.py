@@ -111,6 +111,9 @@ def _typed(kind: type, what: str) -> Callable[[str, object], object]:
     return read
 
 
+_flag = _typed(bool, "true or false")
+
+
 def _text(where: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise _fail(where, "a non-empty string", value)
@@ -238,6 +241,25 @@ def _roles(where: str, value: object) -> DecoderRoles | None:
     return None if value is None else DecoderRoles.from_json(value, where, EngineFileError)
 
 
+# metadata keys a model's network writes (LlamaNetwork.metadata), each read where present
+_METADATA_KEYS: dict[str, Callable[[str, object], object]] = {
+    "max_seq_len": _count,
+    "max_batch": _count,
+    "max_step_tokens": _count,
+    "all_logits": _flag,
+}
+
+
+def _metadata(where: str, value: object) -> dict:
+    """The free-form metadata object; the sizes a model's network records are checked as
+    the roles' are (an engine without them, the doc example, has none)."""
+    _typed(dict, "an object")(where, value)
+    for key, read in _METADATA_KEYS.items():
+        if key in value:
+            read(f"{where}.{key}", value[key])
+    return value
+
+
 @dataclass(frozen=True)
 class Field:
     """One sidecar field: JSON ``key``, :class:`EngineMeta` ``attr``, its reader and writer;
@@ -267,7 +289,7 @@ FIELDS: tuple[Field, ...] = (
     Field("profiles", "profiles", _listed(_profile), _jsons),
     Field("build_seconds", "build_seconds", _seconds),
     Field("cache_update", "cache_update", _cache_update),
-    Field("metadata", "metadata", _typed(dict, "an object")),
+    Field("metadata", "metadata", _metadata),
     Field("roles", "roles", _roles, lambda r: None if r is None else r.to_json(), optional=True),
 )
 

@@ -92,27 +92,58 @@ def _check_profile(network: object, profile: Profile) -> None:
                 raise ShapeError(mismatch(where, "sizes that are integers >= 0", "", shape))
         if any(a > b for a, b in zip(lo, opt)) or any(a > b for a, b in zip(opt, hi)):
             raise ShapeError(mismatch(where, "min <= opt <= max on every axis", "", (lo, opt, hi)))
-    _check_update_widths(network, profile)
+    _check_update_shapes(network, profile)
 
 
-def _check_update_widths(network: object, profile: Profile) -> None:
-    """A padded update ``[B, N, S, H]`` that is a network input may not reach S > S_max in
-    the profile (TensorRT builds it with only a warning; every such write is skipped)."""
+def _update_axes(update_rank: int) -> dict[str, tuple[int, int]]:
+    """The axes of a cache update (padded ``[B, N, S, H]`` or packed ``[T, N, H]``) that
+    must equal the cache's N and H: name -> (update axis, cache axis)."""
+    return {"N (axis 1)": (1, 1), f"H (axis {update_rank - 1})": (update_rank - 1, 3)}
+
+
+def _check_update_shapes(network: object, profile: Profile) -> None:
+    """A cache update that is a network input must have, at the profile's min, opt and max,
+    the cache's N and H (TensorRT refuses it at build time, naming neither tensor), and a
+    padded one ``[B, N, S, H]`` may not reach S > S_max (TensorRT builds it with only a
+    warning; every such write is skipped)."""
     for _, layer in cache_update_layers(network):
         cache, update = layer.get_input(0), layer.get_input(1)
         shapes = profile.shapes.get(update.name)
-        if shapes is None or len(shapes[2]) != 4:
+        if shapes is None:
             continue
-        s_max, width = tuple(cache.shape)[2], shapes[2][2]
-        if width > s_max:
+        where, dims = f"{update.name} in profile {profile.name!r}", tuple(cache.shape)
+        for which, shape in zip(("min", "opt", "max"), shapes):
+            for axis, (i, c) in _update_axes(len(shape)).items():
+                if dims[c] != -1 and shape[i] != dims[c]:
+                    want = f"{which} {axis} of cache {cache.name}"
+                    raise ShapeError(mismatch(where, want, dims[c], shape[i]))
+        s_max, width = dims[2], shapes[2][2]
+        if len(shapes[2]) == 4 and width > s_max:
             raise ShapeError(
+                mismatch(where, f"max S (axis 2) <= S_max = {s_max} of {cache.name}", "", width)
+            )
+
+
+def _update_error(network: object, said: str) -> ShapeError | None:
+    """TensorRT's refusal of a cache update whose N or H differ from its cache's (an update
+    computed in the network, whose sizes no profile names) as a ShapeError naming the
+    update and the cache; None for any other error."""
+    if "must have the same number of heads" not in said:
+        return None
+    for _, layer in cache_update_layers(network):
+        if f"{layer.name}:" in said:
+            cache, update = layer.get_input(0), layer.get_input(1)
+            axes = " and ".join(_update_axes(len(update.shape)))
+            dims = tuple(cache.shape)
+            return ShapeError(
                 mismatch(
-                    f"{update.name} in profile {profile.name!r}",
-                    f"max S (axis 2) <= S_max = {s_max} of {cache.name}",
+                    f"{update.name} (update of cache {cache.name})",
+                    f"{axes} of the cache {dims[1]} and {dims[3]} in every profile",
                     "",
-                    width,
+                    f"other sizes (TensorRT: {said})",
                 )
             )
+    return None
 
 
 def _set_targets(config: object, targets: tuple[tuple[int, int], ...]) -> None:
@@ -152,10 +183,12 @@ def build_engine(
         ArgumentError: ``profiles`` not a list of :class:`Profile`; ``optimization_level``
             not an integer in [0, 5].
         ShapeError, NetworkError: a profile that misses a dynamic input, names a tensor that
-            is not an input, mismatches a declared shape, has min > opt or opt > max, or lets
-            a padded cache update grow past S_max.
+            is not an input, mismatches a declared shape, has min > opt or opt > max, gives
+            a cache update input another N or H than its cache's, or lets a padded one grow
+            past S_max.
         ArgumentError: ``targets`` the module cannot build for.
-        NetworkError: TensorRT returned no engine.
+        NetworkError: TensorRT returned no engine (ShapeError naming the update and the
+            cache when it refused a computed cache update's N or H).
         KeyboardInterrupt: Ctrl-C during the build.
     """
     if not isinstance(profiles, (list, tuple)) or not all(isinstance(p, Profile) for p in profiles):
@@ -199,7 +232,7 @@ def build_engine(
         raise KeyboardInterrupt("the TensorRT build was cancelled")
     if data is None:
         said = log.last_error if log.error_count > errors_before else "no error logged"
-        raise NetworkError(
+        raise _update_error(network, said) or NetworkError(
             mismatch("network", "an engine from build_serialized_network", "", f"None ({said})")
         )
     return BuiltEngine(bytes(data), seconds)

@@ -58,7 +58,8 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         "device_top_k": "the engine also picks the next token's K best candidates on the GPU, "
         "so a decode step downloads K ids (and logits) instead of the logits; generate uses "
         "them when greedy, or with --top-k K and no --top-p or --repetition-penalty (1: "
-        f"greedy only; default: {defaults.DEVICE_TOP_K}, off)",
+        f"greedy only; 0: off; default: {defaults.DEVICE_TOP_K}, so a greedy step downloads "
+        "4 bytes a sequence)",
         "out": "engine folder",
         "routes": "force network routes, e.g. attention=primitive,rope=elementwise "
         "(attention_v2|attention|primitive, rotary_layer|elementwise, layer|plugin, "

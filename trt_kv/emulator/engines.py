@@ -12,7 +12,9 @@ the engine bytes, from one of two sources:
   :mod:`trt_kv.jobs`) rebuilds the network: the documentation example, or a model of any
   architecture (:func:`trt_kv.jobs.network_from_recipe`) from the one of
   ``emulated_gpu(models=[...])`` whose weights hash to the recorded sha256 (the sidecar
-  names the model, never a path on the machine that built it).
+  names the model, never a path on the machine that built it). The optimization profiles
+  come from that rebuild too (the functions the build called), and a sidecar whose
+  ``profiles`` differ is refused: a real engine keeps the profiles it was built with.
 
 Any other network that honours the decoder contract runs emulated when it is built in the
 process under ``emulated_gpu()`` (the first source): that is the hook for a user's network.
@@ -33,6 +35,7 @@ import numpy as np
 
 from trt_kv import _trt, dtypes
 from trt_kv._trt import trt
+from trt_kv.builder.engine import Profile
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.emulator.memory import EmulatorError
 from trt_kv.engine_file import EngineMeta, read_sidecar, sidecar_path
@@ -254,34 +257,51 @@ def _rebuild(meta: EngineMeta) -> EngineRecord:
             "expected a sidecar with a 'recipe' (trt_kv records one since the emulator "
             "exists), got none: rebuild the engine (trt-kv build), or build it in this process"
         )
-    network, keep = _network_from_recipe(recipe, meta.metadata)
+    network, profiles, keep = _network_from_recipe(recipe, meta.metadata)
     declared = tuple((t.name, tuple(t.shape), t.dtype) for t in meta.inputs + meta.outputs)
     ins = [network.get_input(i) for i in range(network.num_inputs)]
     outs = [network.get_output(i) for i in range(network.num_outputs)]
     rebuilt = tuple((t.name, tuple(t.shape), dtypes.name_of(t.dtype)) for t in ins + outs)
     if rebuilt != declared:
         raise EmulatorError(mismatch("recipe network", "the sidecar's I/O", declared, rebuilt))
-    shapes = [p.shapes for p in meta.profiles]
+    _check_profiles(profiles, meta.profiles)  # the build's, not whatever the sidecar says
+    shapes = [p.shapes for p in profiles]
     record = record_network(network, shapes, meta.sha256, targets=meta.targets)
     del keep  # the plan holds its own copy of every weight
     return record
 
 
-def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, object]:
-    """``(network, what keeps its weights alive)`` for a recipe: the documentation example,
-    or a model engine of any architecture (:func:`trt_kv.jobs.network_from_recipe`)."""
+def _check_profiles(built: Sequence[Profile], said: Sequence[Profile]) -> None:
+    """Raises EmulatorError naming the first profile input whose ``[min, opt, max]`` differ
+    between the recipe's build (``built``) and the sidecar (``said``), or their count/names."""
+    ours, theirs = [p.to_json() for p in built], [p.to_json() for p in said]
+    if [p["name"] for p in ours] != [p["name"] for p in theirs]:
+        names = [p["name"] for p in ours], [p["name"] for p in theirs]
+        raise EmulatorError(mismatch("sidecar profiles", "those the recipe builds", *names))
+    for a, b in zip(ours, theirs):
+        for name in sorted(a["shapes"].keys() | b["shapes"].keys()):
+            mine, yours = a["shapes"].get(name), b["shapes"].get(name)
+            if mine != yours:
+                where = f"sidecar profile {a['name']} input {name}"
+                raise EmulatorError(mismatch(where, "[min, opt, max] as built", mine, yours))
+
+
+def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile], object]:
+    """``(network, its optimization profiles, what keeps its weights alive)`` for a recipe,
+    from the functions the build called: the documentation example, or a model engine of
+    any architecture (:func:`trt_kv.jobs.network_from_recipe`)."""
     if recipe.get("network") == "kv_cache_doc_example":
         from trt_kv.examples import doc_example_network
 
-        builder, network, _ = doc_example_network()
-        return network, builder
+        builder, network, profiles = doc_example_network()
+        return network, profiles, builder
     from trt_kv.jobs import network_from_recipe
 
     try:
         net = network_from_recipe(recipe, md, _recipe_model(recipe))
     except TrtKvError as err:
         raise EmulatorError(f"recipe {recipe.get('network')!r}: {err}") from err
-    return net.network, net
+    return net.network, net.profiles, net
 
 
 def _recipe_model(recipe: dict) -> object:

@@ -15,7 +15,7 @@ from trt_kv.build_defaults import default_step_tokens
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.builder.model_caches import layer_caches
 from trt_kv.errors import check_int
-from trt_kv.runtime.backend import last_token_logits
+from trt_kv.runtime.backend import last_token_logits, one_thread
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.storage import HostCaches
 
@@ -59,6 +59,7 @@ class HostReference:
         """The model's logits for ``plan`` on ``caches`` (per layer, updated in place)."""
         raise NotImplementedError
 
+    @one_thread
     def run(self, plan: StepPlan) -> np.ndarray:
         """One step on the window of ``plan``'s slots; the last logits ``[B, V]`` float32."""
         window = self.storage.window(plan.lo, len(plan.counts))

@@ -6,13 +6,18 @@ interpreter, trt_kv's own TensorRT bindings (fast path) and Polygraphy's ``TrtRu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Protocol
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from trt_kv.contract import DecoderRoles
-from trt_kv.errors import ArgumentError, ClosedError, mismatch
+from trt_kv.errors import ArgumentError, ClosedError, ConcurrentUseError, mismatch
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.profiles import select_profile
 from trt_kv.runtime.storage import CacheStorage
@@ -38,7 +43,12 @@ class Backend(Protocol):
     ``run`` does but returns the k candidates instead of the logits (see
     :func:`top_k_candidates`); :func:`~trt_kv.runtime.generate.generate` uses them where its
     sampler allows (:meth:`~trt_kv.runtime.sampling.Sampler.takes_candidates`). A backend
-    without them gets the logits path, unchanged."""
+    without them gets the logits path, unchanged.
+
+    One thread at a time: trt_kv's backends run ``run``, ``run_top_k`` and ``close`` under
+    :func:`one_thread`, on the guard their sessions share (:func:`guard_of`), so a step or a
+    close from a second thread while one is in flight raises
+    :class:`~trt_kv.errors.ConcurrentUseError`; a user's backend may do the same."""
 
     name: str
     storage: CacheStorage
@@ -79,6 +89,76 @@ def check_backend(backend: object) -> None:
                 f"{type(backend).__name__} without {', '.join(missing)}",
             )
         )
+
+
+@dataclass
+class Guard:
+    """One backend's lock, shared by its sessions and its own steps, and the operation that
+    holds it (``"Session.decode"``, ``"TrtBackend.run"``: for the message)."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    holder: str = ""
+
+
+_GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> Guard
+
+
+def guard_of(backend: object) -> Guard:
+    """The guard of ``backend`` (a backend that cannot be weakly referenced gets a new one
+    per call: its caller keeps it)."""
+    try:
+        return _GUARDS.setdefault(backend, Guard())
+    except TypeError:
+        return Guard()
+
+
+@contextmanager
+def exclusive(guard: Guard, operation: str) -> Iterator[None]:
+    """Hold ``guard`` for ``operation`` (the same thread may nest: a session's step holds
+    it, then its backend's ``run``). One thread at a time: it neither waits nor serializes.
+
+    Raises:
+        ConcurrentUseError: another thread holds it, naming both operations.
+    """
+    if not guard.lock.acquire(blocking=False):
+        raise ConcurrentUseError(
+            mismatch(
+                operation, "one thread at a time", "", f"another thread in {guard.holder or '?'}"
+            )
+        )
+    outer, guard.holder = guard.holder, guard.holder or operation
+    try:
+        yield
+    finally:
+        guard.holder = outer
+        guard.lock.release()
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def held(hold: Callable[[Any, str], AbstractContextManager]) -> Callable[[F], F]:
+    """A decorator: the method runs inside ``hold(self, the method's name)``."""
+
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def wrapper(self: object, *args: object, **kwargs: object) -> object:
+            with hold(self, method.__name__):
+                return method(self, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _backend_held(backend: object, method: str) -> AbstractContextManager:
+    return exclusive(guard_of(backend), f"{type(backend).__name__}.{method}")
+
+
+# Run a backend's method (a step, its close) under :func:`exclusive` on the backend's guard,
+# named ``Type.method``: a second thread's step, or a close during a step, raises
+# ConcurrentUseError instead of mixing two steps' inputs in one set of bindings and buffers.
+one_thread = held(_backend_held)
 
 
 def check_open(backend: str, closed: bool) -> None:

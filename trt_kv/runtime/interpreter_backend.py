@@ -13,6 +13,7 @@ from trt_kv.runtime.backend import (
     StepProfiles,
     check_top_k,
     last_token_logits,
+    one_thread,
     plan_profile,
     step_feed,
     take_roles,
@@ -87,9 +88,11 @@ class InterpreterBackend:
         feed.update(self.storage.window(plan.lo, len(plan.counts)))
         return self.plan.run(feed)
 
+    @one_thread
     def run(self, plan: StepPlan) -> np.ndarray:
         return last_token_logits(self._outputs(plan)[self.roles.logits], plan)
 
+    @one_thread
     def run_top_k(self, plan: StepPlan) -> Candidates:
         """:meth:`run`'s step; the network's next-token candidates (``device_top_k`` >= 1)."""
         check_top_k(self.roles)  # ArgumentError: no candidates (nothing has run)

@@ -8,31 +8,31 @@ session.fork(0, 2); session.crop(1, 3); snap = session.snapshot(0)
 
 from __future__ import annotations
 
-import functools
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
 from trt_kv.errors import (
     ArgumentError,
     ClosedError,
-    ConcurrentUseError,
     ShapeError,
     SlotError,
     check_int,
     mismatch,
 )
-from trt_kv.runtime.backend import Backend, Candidates, candidates_of, check_backend
+from trt_kv.runtime.backend import (
+    Backend,
+    Candidates,
+    candidates_of,
+    check_backend,
+    exclusive,
+    guard_of,
+    held,
+)
 from trt_kv.runtime.cache_state import CacheState, id_array
 from trt_kv.runtime.chunking import Chunk, plan_chunks, step_width
 from trt_kv.runtime.storage import Snapshot
-
-F = TypeVar("F", bound=Callable)
 
 
 def _decode_ids(tokens: object) -> np.ndarray:
@@ -43,35 +43,7 @@ def _decode_ids(tokens: object) -> np.ndarray:
     return ids.reshape(-1, 1)
 
 
-def _exclusive(method: F) -> F:
-    """Run ``method`` under :meth:`Session.exclusive`, named by its own name."""
-
-    @functools.wraps(method)
-    def wrapper(self: Session, *args: object, **kwargs: object) -> object:
-        with self.exclusive(method.__name__):
-            return method(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-@dataclass
-class _Guard:
-    """The lock of one backend's sessions and the operation holding it (for the message)."""
-
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    holder: str = ""
-
-
-_GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> _Guard
-
-
-def _guard_of(backend: object) -> _Guard:
-    """The guard every Session on ``backend`` shares (a backend that cannot be weakly
-    referenced gets one per Session)."""
-    try:
-        return _GUARDS.setdefault(backend, _Guard())
-    except TypeError:
-        return _Guard()
+_exclusive = held(lambda session, name: session.exclusive(name))  # Session.exclusive(name)
 
 
 class Session:
@@ -103,7 +75,7 @@ class Session:
             backend.max_step_tokens,
             backend.vocab_size,
         )
-        self._guard = _guard_of(backend)  # shared by every Session on this backend
+        self._guard = guard_of(backend)  # shared by every Session on this backend
 
     @contextmanager
     def exclusive(self, operation: str) -> Iterator[None]:
@@ -114,27 +86,13 @@ class Session:
             ClosedError: the backend is closed (``backend.closed`` true).
             ConcurrentUseError: another thread holds the session.
         """
-        guard = self._guard
-        if not guard.lock.acquire(blocking=False):
-            raise ConcurrentUseError(
-                mismatch(
-                    f"Session.{operation}",
-                    "one thread at a time",
-                    "",
-                    f"another thread in Session.{guard.holder or '?'}",
-                )
-            )
-        outer, guard.holder = guard.holder, guard.holder or operation
-        try:
+        with exclusive(self._guard, f"Session.{operation}"):
             if getattr(self.backend, "closed", False):
                 name = type(self.backend).__name__
                 raise ClosedError(
                     mismatch(f"Session.{operation}", f"an open backend ({name})", "", "closed")
                 )
             yield
-        finally:
-            guard.holder = outer
-            guard.lock.release()
 
     @property
     def capacity(self) -> int:

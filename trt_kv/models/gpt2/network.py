@@ -115,7 +115,7 @@ def build_gpt2_network(
     all_logits: bool = False,
     routes: Routes | None = None,
     weight_format: str | None = None,
-    device_top_k: int = defaults.DEVICE_TOP_K,
+    device_top_k: int | None = None,
 ) -> GPT2Network:
     """The GPT-2 decoder network (keywords as ``build_llama_network``'s; weights are held in
     the activation dtype only; ``max_seq_len`` None: :meth:`GPT2Config.default_max_seq_len`,
@@ -135,7 +135,7 @@ def build_gpt2_network(
     if max_seq_len is None:
         max_seq_len = config.default_max_seq_len()
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
-    check_device_top_k(device_top_k, config.vocab_size, all_logits)
+    device_top_k = check_device_top_k(device_top_k, config.vocab_size, all_logits)
     config.check_max_seq_len(max_seq_len)
     if check_weight_format(weight_format, dtype) is not None:
         raise ArgumentError(

@@ -9,7 +9,7 @@ import numpy as np
 
 from trt_kv import contract, dtypes
 from trt_kv._trt import trt
-from trt_kv.build_defaults import DEVICE_TOP_K
+from trt_kv.build_defaults import default_device_top_k
 from trt_kv.contract import NEXT_TOKEN, TOP_IDS, TOP_LOGITS
 
 TOP_K_MOST = 3840  # the largest static k of TensorRT's ITopKLayer
@@ -90,7 +90,7 @@ class Graph:
         return self.matmul(x, w, transpose_b=True)
 
     def logits(
-        self, x: object, head: object, all_logits: bool, device_top_k: int = DEVICE_TOP_K
+        self, x: object, head: object, all_logits: bool, device_top_k: int | None = None
     ) -> object:
         """The decoder-contract logits output from the final hidden states ``x [B, S, D]``
         and the head constant ``[V, D]``: ``[B, S, V]`` with ``all_logits``, else ``[B, V]``
@@ -100,7 +100,8 @@ class Graph:
 
         ``device_top_k`` = k >= 1 adds the contract's sampling outputs after the logits (one
         ``ITopKLayer``, MAX over V): ``next_token [B]`` int32 for k = 1, else ``top_ids
-        [B, k]`` int32 and ``top_logits [B, k]`` float32.
+        [B, k]`` int32 and ``top_logits [B, k]`` float32. None: the default
+        (:func:`~trt_kv.build_defaults.default_device_top_k`: 1, or 0 with ``all_logits``).
 
         Raises:
             ArgumentError: ``device_top_k`` not an integer in ``[0, min(V, 3840)]``
@@ -108,7 +109,7 @@ class Graph:
         """
         quantized = hasattr(head, "apply")
         vocab, width = tuple(head.matrix.shape if quantized else head.shape)
-        check_device_top_k(device_top_k, vocab, all_logits)
+        device_top_k = check_device_top_k(device_top_k, vocab, all_logits)
         if all_logits:
             weight = head if quantized else self.shuffle(head, (1, vocab, width))
             logits = self.linear(x, weight)  # [B, S, V]
@@ -138,7 +139,10 @@ class Graph:
 
 
 def check_device_top_k(k: object, vocab: int, all_logits: bool) -> int:
-    """``k`` as a ``device_top_k`` (see :meth:`Graph.logits`): the contract's rule
-    (:func:`trt_kv.contract.check_device_top_k`) within TensorRT's largest k. Raises
+    """``k`` as a ``device_top_k`` (see :meth:`Graph.logits`; None: the default for
+    ``all_logits``, :func:`trt_kv.build_defaults.default_device_top_k`): the contract's
+    rule (:func:`trt_kv.contract.check_device_top_k`) within TensorRT's largest k. Raises
     ArgumentError."""
+    if k is None:
+        k = default_device_top_k(all_logits)
     return contract.check_device_top_k(k, vocab, all_logits, most=TOP_K_MOST)

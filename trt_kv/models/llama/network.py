@@ -186,7 +186,7 @@ def build_llama_network(
     all_logits: bool = False,
     routes: Routes | None = None,
     weight_format: str | None = None,
-    device_top_k: int = defaults.DEVICE_TOP_K,
+    device_top_k: int | None = None,
 ) -> LlamaNetwork:
     """Build the decoder network: prefill (S up to ``max_step_tokens``) and decode (S = 1).
 
@@ -205,8 +205,10 @@ def build_llama_network(
             kept so, as INT8/INT4 with its block scales (see
             :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
             norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
-        device_top_k: 0 (the default): logits only; k >= 1: the network also picks the
-            next token's k best candidates (:meth:`~trt_kv.models.layers.graph.Graph.logits`).
+        device_top_k: 0: logits only; k >= 1: the network also picks the next token's k
+            best candidates (:meth:`~trt_kv.models.layers.graph.Graph.logits`); None (the
+            default): 1, or 0 with ``all_logits``
+            (:func:`~trt_kv.build_defaults.default_device_top_k`).
 
     Raises:
         ArgumentError: ``config``, ``routes`` of the wrong type; ``max_seq_len``,
@@ -224,7 +226,7 @@ def build_llama_network(
     if not isinstance(config, LlamaConfig):
         raise ArgumentError(mismatch("config", "a LlamaConfig", "", type(config).__name__))
     max_step_tokens = check_step_sizes(max_seq_len, max_batch, max_step_tokens)
-    check_device_top_k(device_top_k, config.vocab_size, all_logits)
+    device_top_k = check_device_top_k(device_top_k, config.vocab_size, all_logits)
     check_table_memory(config, max_seq_len)
     if routes is not None and not isinstance(routes, Routes):
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))

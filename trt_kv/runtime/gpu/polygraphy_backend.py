@@ -24,6 +24,7 @@ from trt_kv.runtime.backend import (
     check_open,
     check_top_k,
     last_token_logits,
+    one_thread,
     plan_profile,
     step_feed,
     take_roles,
@@ -104,9 +105,11 @@ class PolygraphyBackend:
             self.runner.set_profile(profile)
         return self.runner.infer(feed, copy_outputs_to_host=False)
 
+    @one_thread
     def run(self, plan: StepPlan) -> np.ndarray:
         return last_token_logits(self._infer(plan)[self.roles.logits].numpy(), plan)
 
+    @one_thread
     def run_top_k(self, plan: StepPlan) -> Candidates:
         """:meth:`run`'s step; downloads only the network's next-token candidates."""
         check_top_k(self.roles)  # ArgumentError: no candidates (nothing has run)
@@ -133,6 +136,7 @@ class PolygraphyBackend:
             self._views[(lo, b)] = views
         return views
 
+    @one_thread
     def close(self) -> None:
         """Deactivate the runner (Polygraphy frees its execution context and buffers) and
         drop it with the engine it holds, then free the caches (idempotent). Any later step

@@ -62,6 +62,7 @@ from trt_kv.runtime.backend import (
     check_open,
     check_top_k,
     last_token_logits,
+    one_thread,
     plan_profile,
     step_feed,
     step_shapes,
@@ -309,10 +310,12 @@ class TrtBackend:
         """The profile that runs ``plan``; raises as :func:`plan_profile`, changes nothing."""
         return plan_profile(self, plan)
 
+    @one_thread
     def run(self, plan: StepPlan) -> np.ndarray:
         check_open("TrtBackend", self.closed)
         return last_token_logits(self._step(plan, "logits"), plan)
 
+    @one_thread
     def run_top_k(self, plan: StepPlan) -> Candidates:
         """:meth:`run`'s step, downloading only the network's next-token candidates (one
         copy that synchronizes: ``[B]`` int32 for greedy, ``[B, k]`` ids and logits)."""
@@ -328,13 +331,21 @@ class TrtBackend:
             outputs[TOP_LOGITS] = outputs[TOP_LOGITS].view(np.float32)
         return top_k_candidates(outputs, self.roles)
 
+    @one_thread
     def close(self) -> None:
         """Release what the backend holds, in order (idempotent): wait for the stream's
         work, save the runtime cache (``runtime_cache=``), destroy the captured graphs,
         their executables and the stream, free the caches and step buffers, and drop the
         execution context before its runtime configuration and engine (TensorRT frees their
         device memory with them). Any later step raises :class:`ClosedError`; so does the
-        session's cache access (the caches are gone)."""
+        session's cache access (the caches are gone).
+
+        Raises:
+            ConcurrentUseError: another thread is in a step (nothing is released).
+        """
+        self._close()
+
+    def _close(self) -> None:
         self.closed = True
         stream, self.stream = getattr(self, "stream", None), None
         if stream is not None:
@@ -364,7 +375,7 @@ class TrtBackend:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: CUDA may be gone
-            self.close()
+            self._close()  # unreferenced: no thread can be in a step
 
 
 def _destroy_graph(rt: object, graph: object, graph_exec: object) -> None:
