@@ -27,6 +27,7 @@ from pathlib import Path
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import FEATURES
 from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
+from trt_kv.engine import ENGINES_DIR
 from trt_kv.engine_file import (
     EngineMeta,
     describe,
@@ -35,7 +36,6 @@ from trt_kv.engine_file import (
     save_engine,
     sidecar_path,
 )
-from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.examples import doc_example_network
 from trt_kv.gpu_targets import PORTABLE, parse_targets

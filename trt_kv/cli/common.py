@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from trt_kv import build_defaults as defaults
 from trt_kv.cli.checks import integer, routes
 from trt_kv.contract import FLOAT_DTYPES
-from trt_kv.engines_dir import ENGINES_DIR
+from trt_kv.engine import ENGINES_DIR
 
 if TYPE_CHECKING:
     from trt_kv.examples import Model

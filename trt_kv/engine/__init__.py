@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+CHECKOUT = Path(__file__).resolve().parent.parent.parent
 
 
 def default_engines_dir() -> Path:
