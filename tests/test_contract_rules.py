@@ -12,7 +12,7 @@ import pytest
 
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.contract import CacheRole, DecoderRoles, check_device_top_k, check_roles
-from trt_kv.engine_file import read_sidecar
+from trt_kv.engine.file import read_sidecar
 from trt_kv.errors import ArgumentError, EngineFileError, NetworkError
 from trt_kv.sidecar import EngineMeta, TensorSpec
 

@@ -68,7 +68,7 @@ EMBEDS = (trt.float16, (-1, -1, 4))
 
 def test_an_embeddings_network_gets_its_role_map_profiles_and_sidecar():
     from trt_kv.builder.engine import BuiltEngine
-    from trt_kv.engine_file import EngineMeta, describe
+    from trt_kv.engine.file import EngineMeta, describe
 
     net, _ = network(inputs_embeds=EMBEDS)
     profiles = decoder_profiles(net, max_batch=3, max_step_tokens=5)

@@ -15,7 +15,7 @@ from tiny_models import TINY_GQA, TINY_HF_CONFIG
 
 from trt_kv.cli import main
 from trt_kv.emulator import emulated_gpu
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
 from trt_kv.errors import EngineFileError
 from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors

@@ -16,7 +16,7 @@ import pytest
 from cli_user import ROOT, finish_terminal, user_env
 
 from trt_kv.builder import BuiltEngine
-from trt_kv.engine_file import load_engine_file, save_engine, sidecar_path
+from trt_kv.engine.file import load_engine_file, save_engine, sidecar_path
 from trt_kv.errors import EngineFileError
 from trt_kv.jobs import build_doc_example
 

@@ -71,7 +71,7 @@ def test_gpu_backend_generates_the_interpreter_ids(model, engine_path, kind):
 
 
 def test_the_sidecar_holds_the_roles_a_session_needs(engine_path):
-    from trt_kv.engine_file import load_engine_file
+    from trt_kv.engine.file import load_engine_file
 
     roles = load_engine_file(engine_path)[1].roles
     assert (roles.vocab_size, roles.max_seq_len, roles.max_batch) == (101, 32, 3)

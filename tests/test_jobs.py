@@ -6,7 +6,7 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv.builder import Routes
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
 from trt_kv.errors import ArgumentError
 from trt_kv.jobs import (
     BuildOptions,

@@ -28,7 +28,7 @@ from trt_kv import build_defaults as defaults
 from trt_kv._trt import FEATURES
 from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
 from trt_kv.engine import ENGINES_DIR
-from trt_kv.engine_file import (
+from trt_kv.engine.file import (
     EngineMeta,
     describe,
     load_engine_file,

@@ -17,7 +17,7 @@ from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
     from trt_kv.contract import DecoderRoles
-    from trt_kv.engine_file import EngineMeta
+    from trt_kv.engine.file import EngineMeta
 
 GPU_BACKENDS = options.GPU_BACKENDS
 
@@ -119,7 +119,7 @@ def engine_meta(path: Path) -> EngineMeta:
         EngineFileError: naming ``--engine``: the engine or its sidecar missing, a malformed
             sidecar, an engine that is no decoder.
     """
-    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.engine.file import check_engine_files, read_sidecar
     from trt_kv.errors import EngineFileError
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
@@ -162,7 +162,7 @@ def check_engine_model(path: Path, name: str, config: object, weights_sha256: st
     vocabulary) or from weights other than ``weights_sha256`` (``--model``'s: it would run
     the engine's); EngineFileError for a missing or malformed sidecar or a non-decoder
     engine."""
-    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.engine.file import check_engine_files, read_sidecar
     from trt_kv.jobs import weights_of
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 

@@ -249,7 +249,7 @@ def engine_default_model(args: argparse.Namespace) -> list[str]:
     if engine is None or getattr(args, "model", None) is not None:
         return []
     from trt_kv.checkpoints.default import NAME
-    from trt_kv.engine_file import read_sidecar, sidecar_path
+    from trt_kv.engine.file import read_sidecar, sidecar_path
     from trt_kv.errors import EngineFileError
 
     try:

@@ -38,7 +38,7 @@ from trt_kv._trt import trt
 from trt_kv.builder.engine import Profile
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.emulator.memory import EmulatorError
-from trt_kv.engine_file import EngineMeta, read_sidecar, sidecar_path
+from trt_kv.engine.file import EngineMeta, read_sidecar, sidecar_path
 from trt_kv.errors import TrtKvError, mismatch
 from trt_kv.interpreter import Plan, compile_network
 
