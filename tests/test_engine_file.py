@@ -328,7 +328,7 @@ def test_the_metadata_sizes_are_checked_by_type(llama_engine, tmp_path, key, val
 
 
 def test_a_new_sidecar_field_is_one_row_of_the_table():
-    from trt_kv.sidecar import FIELDS, EngineMeta
+    from trt_kv.engine.sidecar import FIELDS, EngineMeta
 
     # every EngineMeta attribute is written and read through FIELDS, and nothing else is
     attrs = {f.attr for f in FIELDS}
