@@ -79,7 +79,7 @@ def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> 
                 config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
             )
         )
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
 
     path = build_model_engine(
         run_name, config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt

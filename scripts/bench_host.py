@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv.emulator import counting, emulated_gpu
-from trt_kv.jobs import build_llama_engine
+from trt_kv.engine.store import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 from trt_kv.runtime import Session
 from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend

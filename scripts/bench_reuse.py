@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from trt_kv.engine.store import BuildOptions, build_llama_engine, find_llama_engine
 from trt_kv.examples import load_model
-from trt_kv.jobs import BuildOptions, build_llama_engine, find_llama_engine
 from trt_kv.weights_id import weights_digest, weights_sha256
 
 TARGET_S = 0.5

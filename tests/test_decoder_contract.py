@@ -221,7 +221,12 @@ def test_a_cached_engine_without_roles_is_rebuilt_not_reused(tmp_path):
     from tiny_models import TINY_GQA
 
     from trt_kv.engine.file import sidecar_path
-    from trt_kv.jobs import BuildOptions, build_model_engine, find_model_engine, weights_digest
+    from trt_kv.engine.store import (
+        BuildOptions,
+        build_model_engine,
+        find_model_engine,
+        weights_digest,
+    )
     from trt_kv.models.llama import random_weights
 
     options = BuildOptions(dtype="float32", max_seq_len=16, max_batch=1, max_step_tokens=4)

@@ -193,7 +193,7 @@ def interpreter(embeddings: bool, **kw):
 def engines(tmp_path_factory):
     """The ids and the embeddings engine of the ALiBi decoder (max_batch 3, S <= 4), built in
     this process (the emulator's hook for a network of its own)."""
-    from trt_kv.jobs import build_to_file
+    from trt_kv.engine.store import build_to_file
 
     out = tmp_path_factory.mktemp("alibi")
     paths = {}

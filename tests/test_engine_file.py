@@ -7,8 +7,8 @@ from tiny_models import TINY_GQA
 
 from trt_kv import FEATURES
 from trt_kv.engine.file import check_engine_io, load_engine_file, sidecar_path
+from trt_kv.engine.store import build_doc_example, build_model_engine
 from trt_kv.errors import EngineFileError
-from trt_kv.jobs import build_doc_example, build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 
 TINY = TINY_GQA

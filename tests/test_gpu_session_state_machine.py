@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis.stateful import precondition, rule
 from tiny_models import TINY_GQA
 
-from trt_kv.jobs import build_llama_engine
+from trt_kv.engine.store import build_llama_engine
 
 pytestmark = pytest.mark.gpu
 

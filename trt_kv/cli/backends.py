@@ -147,7 +147,7 @@ def engine_targets(args: argparse.Namespace) -> tuple[tuple[int, int], ...]:
         EngineFileError: as :func:`engine_meta`. ArgumentError: a ``--compute-capability``
             the installed TensorRT cannot build for.
     """
-    from trt_kv.jobs import BuildOptions
+    from trt_kv.engine.store import BuildOptions
 
     if getattr(args, "engine", None) is not None:
         return engine_meta(args.engine).targets
@@ -163,7 +163,7 @@ def check_engine_model(path: Path, name: str, config: object, weights_sha256: st
     the engine's); EngineFileError for a missing or malformed sidecar or a non-decoder
     engine."""
     from trt_kv.engine.file import check_engine_files, read_sidecar
-    from trt_kv.jobs import weights_of
+    from trt_kv.engine.store import weights_of
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
     meta = read_sidecar(check_engine_files(path))

@@ -1,4 +1,4 @@
-"""Where engines and their sidecars go by default (``--out``, ``trt_kv.jobs``).
+"""Where engines and their sidecars go by default (``--out``, ``trt_kv.engine.store``).
 
 Run from a checkout (the repository's ``pyproject.toml`` beside the package, as with
 ``pip install -e .``): its ``engines/`` folder, the project layout. Installed as a package:
