@@ -1,5 +1,5 @@
 """Benchmark: what deciding to reuse an engine costs (issue 29): the weights' sha256 hashed
-(the first run after the files change) and from the cache (``trt_kv.weights_id``: keyed by
+(the first run after the files change) and from the cache (``trt_kv.engine.digest``: keyed by
 path, size and mtime), and the lookup that compares everything else (sidecar checks, the
 engine's own sha256, config, options, TensorRT, GPU targets), for the default model
 (SmolLM2-135M; seeded random weights of its shape when it cannot be fetched: never cached).
@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from trt_kv.engine.digest import weights_digest, weights_sha256
 from trt_kv.engine.store import BuildOptions, build_llama_engine, find_llama_engine
 from trt_kv.examples import load_model
-from trt_kv.weights_id import weights_digest, weights_sha256
 
 TARGET_S = 0.5
 

@@ -62,9 +62,9 @@ def make_backend(
 ) -> object:
     """The backend ``args.backend`` for this model (building what it needs), with room for
     ``max(batch, --max-batch)`` sequences on every backend."""
+    from trt_kv.engine.digest import weights_sha256
     from trt_kv.models.architectures import architecture_of
     from trt_kv.runtime.gpu.cuda import require_gpu
-    from trt_kv.weights_id import weights_sha256
 
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)

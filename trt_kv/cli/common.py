@@ -149,9 +149,9 @@ def model_engine(
     """
     import dataclasses
 
+    from trt_kv.engine.digest import weights_sha256
     from trt_kv.engine.store import build_model_engine, find_model_engine
     from trt_kv.models.architectures import architecture_of
-    from trt_kv.weights_id import weights_sha256
 
     options = build_options(args, batch)
     architecture_of(config).check_max_seq_len(config, options.max_seq_len, "--max-seq-len")

@@ -306,8 +306,8 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile],
 
 def _recipe_model(recipe: dict) -> object:
     """The model of ``emulated_gpu(models=[...])`` whose weights hash to the recipe's."""
+    from trt_kv.engine.digest import weights_digest
     from trt_kv.examples import load_model
-    from trt_kv.weights_id import weights_digest
 
     seen = []
     for spec in _SOURCES["models"]:
