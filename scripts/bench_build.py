@@ -151,7 +151,7 @@ def _gguf_tables(max_seq_len: int) -> None:
     from gguf import GGUFReader
 
     from trt_kv.builder import build_engine
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
 
     model = load_model("default", progress=False)
     path = Path(model.checkpoint.source)

@@ -16,8 +16,8 @@ import time
 import numpy as np
 
 from trt_kv.contract import INPUT_ROLES, DecoderRoles
-from trt_kv.examples import load_model
 from trt_kv.models.llama.reference_backend import llama_cache_aliases
+from trt_kv.models.loading import load_model
 from trt_kv.runtime.backend import step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.session import Session

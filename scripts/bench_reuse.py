@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trt_kv.engine.digest import weights_digest, weights_sha256
 from trt_kv.engine.store import BuildOptions, build_llama_engine, find_llama_engine
-from trt_kv.examples import load_model
+from trt_kv.models.loading import load_model
 
 TARGET_S = 0.5
 

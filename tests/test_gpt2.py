@@ -10,8 +10,8 @@ from gpt2_models import HF_CONFIG, PROMPTS, SIZES_ONLY, hf_greedy, save_gpt2
 from trt_kv.builder import Routes
 from trt_kv.checkpoints.hf import read_hf_folder
 from trt_kv.errors import ConfigError, ShapeError
-from trt_kv.examples import load_model
 from trt_kv.models.gpt2 import GPT2Config, GPT2ReferenceBackend, build_gpt2_network, forward
+from trt_kv.models.loading import load_model
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 

@@ -7,8 +7,8 @@ import pytest
 from gpt2_models import PROMPTS, save_gpt2
 
 from trt_kv.engine.store import build_model_engine
-from trt_kv.examples import load_model
 from trt_kv.models.gpt2 import build_gpt2_network
+from trt_kv.models.loading import load_model
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 

@@ -15,7 +15,7 @@ from trt_kv.engine import ENGINES_DIR
 
 if TYPE_CHECKING:
     from trt_kv.engine.store import BuildOptions, BuiltFile
-    from trt_kv.examples import Model
+    from trt_kv.models.loading import Model
 
 DTYPES = FLOAT_DTYPES  # --dtype
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
@@ -99,10 +99,10 @@ def load_cli_model(args: argparse.Namespace) -> Model:
     against the model as before.
 
     Raises:
-        ConfigError, ShapeError, DTypeError: as :func:`trt_kv.examples.load_model`.
+        ConfigError, ShapeError, DTypeError: as :func:`trt_kv.models.loading.load_model`.
     """
-    from trt_kv.examples import load_model
     from trt_kv.models.architectures import architecture_of
+    from trt_kv.models.loading import load_model
 
     model = load_model(args.model, progress=not args.quiet)
     if isinstance(getattr(args, "max_seq_len", None), DefaultSize):

@@ -291,7 +291,7 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile],
     from the functions the build called: the documentation example, or a model engine of
     any architecture (:func:`trt_kv.engine.store.network_from_recipe`)."""
     if recipe.get("network") == "kv_cache_doc_example":
-        from trt_kv.examples import doc_example_network
+        from trt_kv.models.loading import doc_example_network
 
         builder, network, profiles = doc_example_network()
         return network, profiles, builder
@@ -307,7 +307,7 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile],
 def _recipe_model(recipe: dict) -> object:
     """The model of ``emulated_gpu(models=[...])`` whose weights hash to the recipe's."""
     from trt_kv.engine.digest import weights_digest
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
 
     seen = []
     for spec in _SOURCES["models"]:

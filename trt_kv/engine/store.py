@@ -38,10 +38,10 @@ from trt_kv.engine.file import (
     sidecar_path,
 )
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
-from trt_kv.examples import doc_example_network
 from trt_kv.gpu_targets import PORTABLE, parse_targets
 from trt_kv.interrupts import held_sigint, step
 from trt_kv.models.architectures import architecture_named, architecture_of
+from trt_kv.models.loading import doc_example_network
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
@@ -370,7 +370,7 @@ def build_model_engine(
 
 def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
     """The network a model engine's sidecar recipe names, rebuilt from ``model`` (a loaded
-    :class:`~trt_kv.examples.Model`, whose weights must hash to the recorded sha256) with
+    :class:`~trt_kv.models.loading.Model`, whose weights must hash to the recorded sha256) with
     the recorded build options.
 
     Raises:
