@@ -9,11 +9,11 @@ import pytest
 
 from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import Profile, build_engine, create_network
+from trt_kv.builder.doc_example import doc_example_network
 from trt_kv.emulator import emulated_gpu
 from trt_kv.emulator.device import device
 from trt_kv.engine.store import build_doc_example
 from trt_kv.errors import EngineFileError
-from trt_kv.models.loading import doc_example_network
 
 DOC_CACHE = np.arange(64, dtype=np.float32).reshape(4, 2, 8, 1)
 DOC_UPDATE = -np.arange(1, 33, dtype=np.float32).reshape(4, 2, 4, 1)

@@ -291,7 +291,7 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile],
     from the functions the build called: the documentation example, or a model engine of
     any architecture (:func:`trt_kv.engine.store.network_from_recipe`)."""
     if recipe.get("network") == "kv_cache_doc_example":
-        from trt_kv.models.loading import doc_example_network
+        from trt_kv.builder.doc_example import doc_example_network
 
         builder, network, profiles = doc_example_network()
         return network, profiles, builder

@@ -27,6 +27,7 @@ from pathlib import Path
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import FEATURES
 from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
+from trt_kv.builder.doc_example import doc_example_network
 from trt_kv.engine import ENGINES_DIR
 from trt_kv.engine.digest import weights_digest
 from trt_kv.engine.file import (
@@ -41,7 +42,6 @@ from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.gpu_targets import PORTABLE, parse_targets
 from trt_kv.interrupts import held_sigint, step
 from trt_kv.models.architectures import architecture_named, architecture_of
-from trt_kv.models.loading import doc_example_network
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
