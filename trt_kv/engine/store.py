@@ -394,7 +394,3 @@ def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
         raise ConfigError(mismatch(f"config of {recipe['model']!r}", "", metadata["config"], ""))
     options = BuildOptions(**metadata[OPTIONS_KEY]).network_options()
     return arch.build_network(model.config, model.weights, **options)
-
-
-# The names before GPT-2 (Llama engines only), for code written against them.
-build_llama_engine, find_llama_engine = build_model_engine, find_model_engine
