@@ -1,4 +1,5 @@
-"""Build jobs: network -> engine bytes -> engine file with sidecar, as one call each.
+"""The engine store: engine names, the reuse rule, and builds (network -> engine bytes ->
+engine file with sidecar, as one call each), by default in :data:`trt_kv.engine.ENGINES_DIR`.
 
 A model engine's file name comes from the model's name, a short digest of its weights and
 :class:`BuildOptions` (every option that changes the built engine), so engines of other
