@@ -278,10 +278,10 @@ def test_a_sidecar_whose_profiles_differ_from_the_recipe_build_is_refused(tmp_pa
     import json
 
     from cli_user import write_tiny_model
-    from trt_kv.engine_file import sidecar_path
 
+    from trt_kv.engine.file import sidecar_path
     from trt_kv.engine.store import build_model_engine
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
 
     folder = write_tiny_model(tmp_path / "tiny")
     model = load_model(folder, progress=False)
