@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trt_kv.jobs import BuildOptions, build_to_file, model_engine_path
+from trt_kv.engine.store import BuildOptions, build_to_file, model_engine_path
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights, to_hf_tensors
 from trt_kv.runtime import Session
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
@@ -151,7 +151,7 @@ def _gguf_tables(max_seq_len: int) -> None:
     from gguf import GGUFReader
 
     from trt_kv.builder import build_engine
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
 
     model = load_model("default", progress=False)
     path = Path(model.checkpoint.source)

@@ -16,8 +16,8 @@ import time
 import numpy as np
 
 from trt_kv.contract import INPUT_ROLES, DecoderRoles
-from trt_kv.examples import load_model
 from trt_kv.models.llama.reference_backend import llama_cache_aliases
+from trt_kv.models.loading import load_model
 from trt_kv.runtime.backend import step_feed
 from trt_kv.runtime.cache_state import StepPlan
 from trt_kv.runtime.session import Session
@@ -79,7 +79,7 @@ def make_backend(name: str, model: str, batch: int, s_max: int, prompt: int) -> 
                 config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt
             )
         )
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
 
     path = build_model_engine(
         run_name, config, weights, max_seq_len=s_max, max_batch=batch, max_step_tokens=prompt

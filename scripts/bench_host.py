@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv.emulator import counting, emulated_gpu
-from trt_kv.jobs import build_llama_engine
+from trt_kv.engine.store import build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 from trt_kv.runtime import Session
 from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     config = LlamaConfig.smollm2_135m()
     rows = []
     with tempfile.TemporaryDirectory() as out, emulated_gpu():
-        built = build_llama_engine(
+        built = build_model_engine(
             NAME,
             config,
             random_weights(config, seed=0),

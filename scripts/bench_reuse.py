@@ -1,5 +1,5 @@
 """Benchmark: what deciding to reuse an engine costs (issue 29): the weights' sha256 hashed
-(the first run after the files change) and from the cache (``trt_kv.weights_id``: keyed by
+(the first run after the files change) and from the cache (``trt_kv.engine.digest``: keyed by
 path, size and mtime), and the lookup that compares everything else (sidecar checks, the
 engine's own sha256, config, options, TensorRT, GPU targets), for the default model
 (SmolLM2-135M; seeded random weights of its shape when it cannot be fetched: never cached).
@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from trt_kv.examples import load_model
-from trt_kv.jobs import BuildOptions, build_llama_engine, find_llama_engine
-from trt_kv.weights_id import weights_digest, weights_sha256
+from trt_kv.engine.digest import weights_digest, weights_sha256
+from trt_kv.engine.store import BuildOptions, build_model_engine, find_model_engine
+from trt_kv.models.loading import load_model
 
 TARGET_S = 0.5
 
@@ -47,13 +47,13 @@ def main() -> None:
         digest_s, digest = timed(lambda: weights_digest(model.weights), args.repeats)
         weights_sha256("default", model.weights)  # stored (the first reuse after a change)
         cached_s, _ = timed(lambda: weights_sha256("default", model.weights), args.repeats)
-        build_llama_engine(
+        build_model_engine(
             model.name, model.config, model.weights, out_dir=Path(out), weights_sha256=digest,
             **shapes,
         )  # fmt: skip
         options = BuildOptions(**shapes)
         lookup_s, (found, why) = timed(
-            lambda: find_llama_engine(model.name, model.config, options, Path(out), digest),
+            lambda: find_model_engine(model.name, model.config, options, Path(out), digest),
             args.repeats,
         )
         assert found is not None, why

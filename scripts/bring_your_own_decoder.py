@@ -155,7 +155,7 @@ def decode_everywhere(w: dict[str, np.ndarray], n: int, gpu: bool, embeddings: b
     from contextlib import nullcontext
 
     from trt_kv.emulator import emulated_gpu
-    from trt_kv.jobs import build_to_file
+    from trt_kv.engine.store import build_to_file
     from trt_kv.runtime import Session, generate
     from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
     from trt_kv.runtime.gpu.trt_backend import TrtBackend

@@ -43,7 +43,7 @@ def smollm2_gguf():
 @pytest.fixture(scope="session")
 def smollm2(smollm2_gguf):
     """trt_kv's ``Model`` of the default checkpoint (float32 weights)."""
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
 
     return load_model("default")
 

@@ -92,7 +92,7 @@ def test_the_reference_backends_without_max_step_tokens_take_the_default_step(s_
 
 @pytest.mark.parametrize(("s_max", "expected"), STEPS)
 def test_builds_without_max_step_tokens_take_the_default_step(s_max, expected):
-    from trt_kv.jobs import BuildOptions
+    from trt_kv.engine.store import BuildOptions
 
     assert BuildOptions(max_seq_len=s_max).max_step_tokens == expected
 

@@ -9,7 +9,7 @@ import pytest
 
 from trt_kv import progress
 from trt_kv.builder import build_engine
-from trt_kv.examples import doc_example_network
+from trt_kv.builder.doc_example import doc_example_network
 
 
 @pytest.fixture

@@ -152,7 +152,7 @@ def test_captured_graphs_are_bounded_and_evicted_ones_destroyed(tmp_path):
     from tiny_models import TINY_GQA
 
     from trt_kv.emulator import counting, is_active
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
     from trt_kv.models.llama import random_weights
     from trt_kv.runtime import Session
     from trt_kv.runtime.gpu.trt_backend import MAX_GRAPHS, TrtBackend

@@ -13,8 +13,8 @@ from test_llama_config import TINY, _tiny_tensors
 
 from trt_kv.checkpoints import read_hf_folder
 from trt_kv.errors import ArgumentError, ConfigError, DTypeError, ShapeError
-from trt_kv.examples import load_model
 from trt_kv.models.llama import llama_weights
+from trt_kv.models.loading import load_model
 
 TINY_CONFIG_JSON = {
     "model_type": "llama",

@@ -200,7 +200,7 @@ def test_options_the_backend_would_ignore_are_refused(capsys, argv, message):
 @pytest.mark.parametrize("backend", ["reference", "interpreter"])
 def test_max_batch_is_the_capacity_on_cpu_backends_too(tiny_model, backend):
     from trt_kv.cli import backends, make_parser
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
 
     args = make_parser().parse_args(
         ["generate", "--model", str(tiny_model), "--backend", backend, "--max-batch", "3"]

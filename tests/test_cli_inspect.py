@@ -178,9 +178,9 @@ def test_a_static_batch_is_the_default_batch_of_the_cache_total(tmp_path):
 
 
 def test_emulated_gpu_adds_the_engine_inspectors_layer_names(engine, model):
-    from trt_kv.examples import load_model
-    from trt_kv.jobs import BuildOptions
+    from trt_kv.engine.store import BuildOptions
     from trt_kv.models.llama import build_llama_network
+    from trt_kv.models.loading import load_model
 
     r = json.loads(run_cli("inspect", engine, "--json", "--emulate-gpu", "--model", model).stdout)
     assert r["emulated_gpu"] is True

@@ -11,7 +11,7 @@ from cli_user import run_cli, write_tiny_model
 
 from trt_kv._trt import FEATURES
 from trt_kv.builder import Routes
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
 from trt_kv.errors import RouteError
 
 SHAPE = ("--max-seq-len", "32", "--max-batch", "2", "--max-step-tokens", "8")

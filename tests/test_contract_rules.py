@@ -12,9 +12,9 @@ import pytest
 
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.contract import CacheRole, DecoderRoles, check_device_top_k, check_roles
-from trt_kv.engine_file import read_sidecar
+from trt_kv.engine.file import read_sidecar
+from trt_kv.engine.sidecar import EngineMeta, TensorSpec
 from trt_kv.errors import ArgumentError, EngineFileError, NetworkError
-from trt_kv.sidecar import EngineMeta, TensorSpec
 
 CACHE = (-1, 1, 8, 4)  # [B, N, S_max, H]
 ROLES = DecoderRoles(

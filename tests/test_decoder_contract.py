@@ -14,7 +14,7 @@ from trt_kv._trt import trt
 from trt_kv.builder import add_model_caches, create_network, decoder_roles
 from trt_kv.builder.contract import decoder_profiles
 from trt_kv.contract import DecoderRoles
-from trt_kv.engine_file import EngineMeta
+from trt_kv.engine.file import EngineMeta
 from trt_kv.errors import DTypeError, EngineFileError, NetworkError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +143,7 @@ def test_a_network_without_a_cache_update_is_refused():
 
 def _sidecar(roles):
     from trt_kv.builder.engine import BuiltEngine
-    from trt_kv.engine_file import describe
+    from trt_kv.engine.file import describe
 
     _, net, _ = network()
     return describe(net, BuiltEngine(b"x", 0.0), [], {}, roles)
@@ -220,8 +220,13 @@ def test_a_cached_engine_without_roles_is_rebuilt_not_reused(tmp_path):
     it, so ``find_model_engine`` does not offer it for reuse."""
     from tiny_models import TINY_GQA
 
-    from trt_kv.engine_file import sidecar_path
-    from trt_kv.jobs import BuildOptions, build_model_engine, find_model_engine, weights_digest
+    from trt_kv.engine.file import sidecar_path
+    from trt_kv.engine.store import (
+        BuildOptions,
+        build_model_engine,
+        find_model_engine,
+        weights_digest,
+    )
     from trt_kv.models.llama import random_weights
 
     options = BuildOptions(dtype="float32", max_seq_len=16, max_batch=1, max_step_tokens=4)

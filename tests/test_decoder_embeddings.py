@@ -68,7 +68,7 @@ EMBEDS = (trt.float16, (-1, -1, 4))
 
 def test_an_embeddings_network_gets_its_role_map_profiles_and_sidecar():
     from trt_kv.builder.engine import BuiltEngine
-    from trt_kv.engine_file import EngineMeta, describe
+    from trt_kv.engine.file import EngineMeta, describe
 
     net, _ = network(inputs_embeds=EMBEDS)
     profiles = decoder_profiles(net, max_batch=3, max_step_tokens=5)
@@ -193,7 +193,7 @@ def interpreter(embeddings: bool, **kw):
 def engines(tmp_path_factory):
     """The ids and the embeddings engine of the ALiBi decoder (max_batch 3, S <= 4), built in
     this process (the emulator's hook for a network of its own)."""
-    from trt_kv.jobs import build_to_file
+    from trt_kv.engine.store import build_to_file
 
     out = tmp_path_factory.mktemp("alibi")
     paths = {}

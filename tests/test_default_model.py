@@ -15,7 +15,7 @@ from trt_kv.checkpoints.default import (
     extract_gguf,
 )
 from trt_kv.errors import ArgumentError, DownloadError
-from trt_kv.examples import load_model
+from trt_kv.models.loading import load_model
 
 
 def test_the_size_said_is_the_gguf_s_in_decimal_megabytes_as_the_readme_says(smollm2_gguf):

@@ -157,8 +157,8 @@ def test_gpt2_takes_the_same_option(tmp_path):
     from gpt2_models import PROMPTS as GPT2_PROMPTS
     from gpt2_models import save_gpt2
 
-    from trt_kv.examples import load_model
     from trt_kv.models.gpt2 import build_gpt2_network
+    from trt_kv.models.loading import load_model
 
     save_gpt2(tmp_path)
     model = load_model(tmp_path, progress=False)

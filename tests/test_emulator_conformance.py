@@ -140,8 +140,8 @@ def test_tensorrt_stand_in_methods_take_the_arguments_of_an_overload():
 def test_tensorrt_stand_in_instances_have_only_real_attributes():
     from trt_kv._trt import trt
     from trt_kv.builder import build_engine
+    from trt_kv.builder.doc_example import doc_example_network
     from trt_kv.emulator import emulated_gpu
-    from trt_kv.examples import doc_example_network
 
     with emulated_gpu():
         builder, network, profiles = doc_example_network()

@@ -41,7 +41,7 @@ def test_check_window_refuses_a_misaligned_start_for_every_cache():
 
 @pytest.mark.gpu
 def test_a_step_at_a_misaligned_window_is_refused_before_any_slot_changes(tmp_path):
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
     from trt_kv.models.llama import LlamaConfig, random_weights
     from trt_kv.runtime import Session
     from trt_kv.runtime.gpu.trt_backend import TrtBackend

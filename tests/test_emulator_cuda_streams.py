@@ -315,7 +315,7 @@ def test_a_runner_that_skips_its_synchronize_reads_logits_that_never_arrived(tmp
     them without synchronizing the stream. On a GPU that is a race; here it always shows."""
     from tiny_models import TINY_GQA
 
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
     from trt_kv.models.llama import build_llama_network, random_weights
     from trt_kv.models.llama.network import LOGITS
     from trt_kv.runtime import Session

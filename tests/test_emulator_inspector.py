@@ -9,9 +9,9 @@ from test_emulator_trt import Log
 
 from trt_kv._trt import trt
 from trt_kv.builder import build_engine, create_network
+from trt_kv.builder.doc_example import doc_example_network
 from trt_kv.emulator import emulated_gpu
 from trt_kv.emulator.tensorrt_inspector import UNKNOWN
-from trt_kv.examples import doc_example_network
 
 JSON = trt.LayerInformationFormat.JSON
 ONELINE = trt.LayerInformationFormat.ONELINE

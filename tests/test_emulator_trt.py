@@ -9,11 +9,11 @@ import pytest
 
 from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import Profile, build_engine, create_network
+from trt_kv.builder.doc_example import doc_example_network
 from trt_kv.emulator import emulated_gpu
 from trt_kv.emulator.device import device
+from trt_kv.engine.store import build_doc_example
 from trt_kv.errors import EngineFileError
-from trt_kv.examples import doc_example_network
-from trt_kv.jobs import build_doc_example
 
 DOC_CACHE = np.arange(64, dtype=np.float32).reshape(4, 2, 8, 1)
 DOC_UPDATE = -np.arange(1, 33, dtype=np.float32).reshape(4, 2, 4, 1)
@@ -225,7 +225,7 @@ def test_a_sidecar_recipe_rebuilds_an_engine_built_elsewhere(tmp_path):
 
 
 def test_a_sidecar_without_a_recipe_is_refused(tmp_path):
-    from trt_kv.jobs import build_to_file
+    from trt_kv.engine.store import build_to_file
     from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     builder, network, profiles = doc_example_network("float16")  # built outside the emulator
@@ -242,7 +242,7 @@ def test_close_destroys_graphs_executables_and_the_stream(tmp_path):
     # Defect 6b: captured graphs, their executables and the stream were never destroyed.
     from tiny_models import TINY_GQA
 
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
     from trt_kv.models.llama import random_weights
     from trt_kv.runtime import Session
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
@@ -279,9 +279,9 @@ def test_a_sidecar_whose_profiles_differ_from_the_recipe_build_is_refused(tmp_pa
 
     from cli_user import write_tiny_model
 
-    from trt_kv.engine_file import sidecar_path
-    from trt_kv.examples import load_model
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.file import sidecar_path
+    from trt_kv.engine.store import build_model_engine
+    from trt_kv.models.loading import load_model
 
     folder = write_tiny_model(tmp_path / "tiny")
     model = load_model(folder, progress=False)

@@ -6,9 +6,9 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv import FEATURES
-from trt_kv.engine_file import check_engine_io, load_engine_file, sidecar_path
+from trt_kv.engine.file import check_engine_io, load_engine_file, sidecar_path
+from trt_kv.engine.store import build_doc_example, build_model_engine
 from trt_kv.errors import EngineFileError
-from trt_kv.jobs import build_doc_example, build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 
 TINY = TINY_GQA
@@ -328,7 +328,7 @@ def test_the_metadata_sizes_are_checked_by_type(llama_engine, tmp_path, key, val
 
 
 def test_a_new_sidecar_field_is_one_row_of_the_table():
-    from trt_kv.sidecar import FIELDS, EngineMeta
+    from trt_kv.engine.sidecar import FIELDS, EngineMeta
 
     # every EngineMeta attribute is written and read through FIELDS, and nothing else is
     attrs = {f.attr for f in FIELDS}
@@ -349,7 +349,7 @@ def test_engine_size_is_checked_against_the_sidecar(doc_engine, tmp_path):
 
 def test_saving_under_a_file_is_an_engine_file_error(doc_engine, tmp_path):
     from trt_kv.builder import BuiltEngine
-    from trt_kv.engine_file import save_engine
+    from trt_kv.engine.file import save_engine
 
     (tmp_path / "a_file").write_text("x")
     built = BuiltEngine(doc_engine.path.read_bytes(), 0.0)

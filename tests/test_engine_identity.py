@@ -15,9 +15,9 @@ from tiny_models import TINY_GQA, TINY_HF_CONFIG
 
 from trt_kv.cli import main
 from trt_kv.emulator import emulated_gpu
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import EngineFileError
-from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
@@ -122,7 +122,7 @@ def test_a_sidecar_that_disagrees_with_its_engine_is_refused_before_allocating(t
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     with emulated_gpu():
-        built = build_llama_engine(
+        built = build_model_engine(
             "io", TINY_GQA, random_weights(TINY_GQA), out_dir=tmp_path, dtype="float16",
             max_seq_len=8, max_batch=1, max_step_tokens=2,
         )  # fmt: skip
@@ -148,7 +148,7 @@ def test_a_truncated_engine_re_signed_is_refused_on_the_emulated_gpu(tmp_path):
     """Before: the emulator rebuilt the recipe's network and ran the truncated bytes."""
     import hashlib
 
-    from trt_kv.jobs import build_doc_example
+    from trt_kv.engine.store import build_doc_example
 
     built = build_doc_example(tmp_path)  # outside the emulator: rebuilt from its recipe
     data = built.path.read_bytes()[:-4096]

@@ -16,9 +16,9 @@ import pytest
 from cli_user import ROOT, finish_terminal, user_env
 
 from trt_kv.builder import BuiltEngine
-from trt_kv.engine_file import load_engine_file, save_engine, sidecar_path
+from trt_kv.engine.file import load_engine_file, save_engine, sidecar_path
+from trt_kv.engine.store import build_doc_example
 from trt_kv.errors import EngineFileError
-from trt_kv.jobs import build_doc_example
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ _FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
 from trt_kv.errors import EngineFileError
-from trt_kv.jobs import build_doc_example
+from trt_kv.engine.store import build_doc_example
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))  # the engine is ~140 KB
@@ -135,7 +135,7 @@ _LONG_BUILD = """
 import os, sys
 from pathlib import Path
 from trt_kv import progress
-from trt_kv.jobs import build_llama_engine
+from trt_kv.engine.store import build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 
 progress.set_enabled(True)  # the bar on stderr tells the test the build has started
@@ -143,7 +143,7 @@ cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hi
                   num_attention_heads=4, num_key_value_heads=2, head_dim=32)
 out = Path(sys.argv[1])
 try:
-    build_llama_engine("long", cfg, random_weights(cfg), out_dir=out, max_seq_len=256,
+    build_model_engine("long", cfg, random_weights(cfg), out_dir=out, max_seq_len=256,
                        max_batch=4, max_step_tokens=64)
     print("BUILT")
 except KeyboardInterrupt:

@@ -10,8 +10,8 @@ from gpt2_models import HF_CONFIG, PROMPTS, SIZES_ONLY, hf_greedy, save_gpt2
 from trt_kv.builder import Routes
 from trt_kv.checkpoints.hf import read_hf_folder
 from trt_kv.errors import ConfigError, ShapeError
-from trt_kv.examples import load_model
 from trt_kv.models.gpt2 import GPT2Config, GPT2ReferenceBackend, build_gpt2_network, forward
+from trt_kv.models.loading import load_model
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
@@ -178,7 +178,7 @@ def test_a_folder_as_saved_builds_and_generates_through_the_api(as_saved, capsys
 
 
 def test_build_model_engine_without_max_seq_len_takes_n_positions(as_saved, tmp_path):
-    from trt_kv.jobs import build_model_engine
+    from trt_kv.engine.store import build_model_engine
 
     model = load_model(as_saved[1], progress=False)
     built = build_model_engine("g", model.config, model.weights, out_dir=tmp_path, max_batch=1)

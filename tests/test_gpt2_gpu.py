@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gpt2_models import PROMPTS, save_gpt2
 
-from trt_kv.examples import load_model
-from trt_kv.jobs import build_model_engine
+from trt_kv.engine.store import build_model_engine
 from trt_kv.models.gpt2 import build_gpt2_network
+from trt_kv.models.loading import load_model
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
@@ -71,7 +71,7 @@ def test_gpu_backend_generates_the_interpreter_ids(model, engine_path, kind):
 
 
 def test_the_sidecar_holds_the_roles_a_session_needs(engine_path):
-    from trt_kv.engine_file import load_engine_file
+    from trt_kv.engine.file import load_engine_file
 
     roles = load_engine_file(engine_path)[1].roles
     assert (roles.vocab_size, roles.max_seq_len, roles.max_batch) == (101, 32, 3)

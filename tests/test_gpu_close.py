@@ -12,8 +12,8 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv import emulator
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import ClosedError
-from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import random_weights
 from trt_kv.runtime import Session, generate
 

@@ -12,7 +12,7 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv import dtypes
-from trt_kv.jobs import build_model_engine
+from trt_kv.engine.store import build_model_engine
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.runtime import Session
 from trt_kv.runtime.interpreter_backend import InterpreterBackend

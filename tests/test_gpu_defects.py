@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from tiny_models import TINY_GQA
 
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import EngineRunError, ShapeError
-from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.runtime import Session, generate

@@ -8,7 +8,7 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv.cli import main
-from trt_kv.jobs import build_model_engine
+from trt_kv.engine.store import build_model_engine
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.generate import device_sampling

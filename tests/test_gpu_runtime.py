@@ -6,7 +6,7 @@ Every test here is marked ``gpu`` and skips with the reason where no CUDA device
 import numpy as np
 import pytest
 
-from trt_kv.jobs import build_doc_example, build_model_engine
+from trt_kv.engine.store import build_doc_example, build_model_engine
 from trt_kv.models.llama import LlamaConfig, random_weights
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.reference import kv_cache_update

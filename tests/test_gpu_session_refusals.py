@@ -11,8 +11,8 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv import emulator
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import DeviceMemoryError, ShapeError
-from trt_kv.jobs import build_llama_engine
 from trt_kv.models.llama import random_weights
 from trt_kv.runtime import Session, generate
 
@@ -25,7 +25,7 @@ WEIGHTS = random_weights(TINY_GQA, seed=4, std=0.3)
 def engine(tmp_path_factory):
     out = tmp_path_factory.mktemp("engines")
     shapes = {"max_seq_len": 16, "max_batch": 2, "max_step_tokens": 4}
-    return build_llama_engine("refusals", TINY_GQA, WEIGHTS, out_dir=out, **shapes).path
+    return build_model_engine("refusals", TINY_GQA, WEIGHTS, out_dir=out, **shapes).path
 
 
 def _free_bytes() -> int:

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis.stateful import precondition, rule
 from tiny_models import TINY_GQA
 
-from trt_kv.jobs import build_llama_engine
+from trt_kv.engine.store import build_model_engine
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,7 @@ def _engine(tmp_path_factory):
     if not _ENGINES:
         out = tmp_path_factory.mktemp("engines")
         shapes = machine.NETWORK_SHAPES
-        built = build_llama_engine(
+        built = build_model_engine(
             "machine", TINY_GQA, machine.WEIGHTS, dtype="float32", out_dir=out, **shapes
         )
         _ENGINES.append(built.path)

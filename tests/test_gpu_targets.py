@@ -10,13 +10,13 @@ from test_emulator_trt import Log
 
 from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import build_engine
+from trt_kv.builder.doc_example import doc_example_network
 from trt_kv.cli import main
 from trt_kv.cli.version import version_text
 from trt_kv.emulator import EmulatorError, emulated_gpu
+from trt_kv.engine.store import build_doc_example, build_to_file
 from trt_kv.errors import ArgumentError, GpuUnavailableError
-from trt_kv.examples import doc_example_network
 from trt_kv.gpu_targets import SUPPORT, is_measured, parse_targets, refusal, support_of
-from trt_kv.jobs import build_doc_example, build_to_file
 from trt_kv.runtime.gpu.cuda import device_capability, gpu_unavailable_reason, tensorrt_refusal
 from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 

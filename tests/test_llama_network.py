@@ -21,10 +21,10 @@ import pytest
 from trt_kv import FEATURES, dtypes
 from trt_kv._trt import trt
 from trt_kv.builder import cache_aliases, create_network
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import ArgumentError, ShapeError
 from trt_kv.interpreter import compile_network
-from trt_kv.jobs import build_model_engine
 from trt_kv.models.layers.graph import Graph
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
 from trt_kv.models.llama.reference import empty_caches, forward

@@ -21,8 +21,8 @@ import transformers
 from hf_models import greedy_ids, save_random_model
 
 from trt_kv.builder import Routes
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError
-from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights
 from trt_kv.models.llama.network import ROPE_LENGTHS
 from trt_kv.models.llama.reference import empty_caches, forward

@@ -11,9 +11,9 @@ from trt_kv._trt import trt
 from trt_kv.builder import Profile, build_engine, create_network
 from trt_kv.checkpoints.gguf_blocks import keep_quantized
 from trt_kv.cli.inspect import weights_line
+from trt_kv.engine.store import BuildOptions
 from trt_kv.errors import ArgumentError
 from trt_kv.interpreter import compile_network
-from trt_kv.jobs import BuildOptions
 from trt_kv.models.layers.graph import Graph
 from trt_kv.quantization import QuantizedMatrix, quantize_asymmetric4, quantize_symmetric
 from trt_kv.quantization.blocks import pack_int4, unpack_int4

@@ -21,9 +21,9 @@ from tiny_models import TINY_GQA
 
 from trt_kv._trt import FEATURES
 from trt_kv.builder import Routes, resolve_routes
-from trt_kv.engine_file import sidecar_path
+from trt_kv.engine.file import sidecar_path
+from trt_kv.engine.store import build_model_engine
 from trt_kv.errors import NetworkError, RouteError
-from trt_kv.jobs import build_model_engine
 from trt_kv.models.llama import LlamaConfig, build_llama_network, load_hf_weights, random_weights
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.runtime import Session, generate

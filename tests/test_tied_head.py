@@ -13,7 +13,7 @@ from safetensors.numpy import load_file, save_file
 from tiny_models import TINY_HF_CONFIG
 
 from trt_kv.errors import ConfigError
-from trt_kv.examples import load_model
+from trt_kv.models.loading import load_model
 
 
 def _save_llama(folder):

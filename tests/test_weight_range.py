@@ -18,8 +18,8 @@ from safetensors.numpy import load_file, save_file
 from tiny_models import TINY_HF_CONFIG
 
 from trt_kv.errors import ConfigError
-from trt_kv.examples import load_model
 from trt_kv.models.architectures import architecture_of
+from trt_kv.models.loading import load_model
 
 LLAMA_DOWN = "model.layers.0.mlp.down_proj.weight"  # [32, 64]
 GPT2_FC = "transformer.h.0.mlp.c_fc.weight"  # Conv1D [60, 97]

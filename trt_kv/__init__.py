@@ -1,8 +1,9 @@
 """trt_kv: TensorRT networks with an in-place KV cache, and autoregressive decode on them.
 
-Data path: ``builder`` (networks, engines) -> ``engine_file`` (engine + sidecar) ->
-``runtime`` (cache buffers, decode loop); ``reference`` (NumPy) and ``interpreter`` (NumPy
-executor of built networks) are the two independent checks beside it.
+Data path: ``builder`` (networks, engines) -> ``engine`` (engine file + sidecar, and the
+store that names, reuses and builds them) -> ``runtime`` (cache buffers, decode loop);
+``reference`` (NumPy) and ``interpreter`` (NumPy executor of built networks) are the two
+independent checks beside it.
 """
 
 from trt_kv import _trt  # cheap: points Polygraphy at our module; TensorRT loads lazily

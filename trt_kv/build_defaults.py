@@ -1,8 +1,9 @@
 """Every default, defined once: the size of every model engine and network, and how many
 tokens each command generates. The network builder
-(:func:`trt_kv.models.llama.build_llama_network`), build jobs (:class:`trt_kv.jobs.BuildOptions`),
-the runtime's :class:`~trt_kv.runtime.cache_state.CacheState`, the reference backends, the
-command line and the docs read them from here. Imports nothing (``trt-kv --help`` reads it).
+(:func:`trt_kv.models.llama.build_llama_network`), the engine store
+(:class:`trt_kv.engine.store.BuildOptions`), the runtime's
+:class:`~trt_kv.runtime.cache_state.CacheState`, the reference backends, the command line and
+the docs read them from here. Imports nothing (``trt-kv --help`` reads it).
 
 ``MAX_STEP_TOKENS`` = 128: the widest step, fixed whatever the prompts, so one engine per model
 and options serves every prompt (a longer prompt is prefilled in chunks of 128, up to S_max,

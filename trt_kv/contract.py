@@ -37,7 +37,7 @@ k as ``device_top_k``, 0 without them. A backend can then run a step that downlo
 candidates instead of the logits ``[B, V]``: see :class:`~trt_kv.runtime.backend.Backend`.)
 
 :func:`~trt_kv.builder.contract.decoder_roles` builds and checks the role map of a network;
-``trt_kv.engine_file`` writes it into the sidecar (``"roles"``) and the GPU backends check it
+``trt_kv.engine.file`` writes it into the sidecar (``"roles"``) and the GPU backends check it
 against the engine. Every rule of a role map on its own is :meth:`DecoderRoles.check` (the
 builder, :func:`check_roles` and the sidecar's reader call it); this module imports nothing of
 trt_kv but its errors, so every layer can read the contract.

@@ -183,7 +183,8 @@ def name_dimensions(network: object, names: Mapping[str, str] | None = None) -> 
 class DecoderNetwork:
     """A network that honours the contract, ready to build or interpret: what
     :class:`~trt_kv.runtime.interpreter_backend.InterpreterBackend` and
-    :func:`trt_kv.jobs.build_to_file` take (a model's own network class has the same fields)."""
+    :func:`trt_kv.engine.store.build_to_file` take (a model's own network class has the same
+    fields)."""
 
     builder: object
     network: object

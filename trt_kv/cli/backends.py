@@ -17,7 +17,7 @@ from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
     from trt_kv.contract import DecoderRoles
-    from trt_kv.engine_file import EngineMeta
+    from trt_kv.engine.file import EngineMeta
 
 GPU_BACKENDS = options.GPU_BACKENDS
 
@@ -62,9 +62,9 @@ def make_backend(
 ) -> object:
     """The backend ``args.backend`` for this model (building what it needs), with room for
     ``max(batch, --max-batch)`` sequences on every backend."""
+    from trt_kv.engine.digest import weights_sha256
     from trt_kv.models.architectures import architecture_of
     from trt_kv.runtime.gpu.cuda import require_gpu
-    from trt_kv.weights_id import weights_sha256
 
     batch = max(batch, args.max_batch)
     step_tokens = common.max_step_tokens(args)
@@ -119,7 +119,7 @@ def engine_meta(path: Path) -> EngineMeta:
         EngineFileError: naming ``--engine``: the engine or its sidecar missing, a malformed
             sidecar, an engine that is no decoder.
     """
-    from trt_kv.engine_file import check_engine_files, read_sidecar
+    from trt_kv.engine.file import check_engine_files, read_sidecar
     from trt_kv.errors import EngineFileError
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
@@ -147,7 +147,7 @@ def engine_targets(args: argparse.Namespace) -> tuple[tuple[int, int], ...]:
         EngineFileError: as :func:`engine_meta`. ArgumentError: a ``--compute-capability``
             the installed TensorRT cannot build for.
     """
-    from trt_kv.jobs import BuildOptions
+    from trt_kv.engine.store import BuildOptions
 
     if getattr(args, "engine", None) is not None:
         return engine_meta(args.engine).targets
@@ -162,8 +162,8 @@ def check_engine_model(path: Path, name: str, config: object, weights_sha256: st
     vocabulary) or from weights other than ``weights_sha256`` (``--model``'s: it would run
     the engine's); EngineFileError for a missing or malformed sidecar or a non-decoder
     engine."""
-    from trt_kv.engine_file import check_engine_files, read_sidecar
-    from trt_kv.jobs import weights_of
+    from trt_kv.engine.file import check_engine_files, read_sidecar
+    from trt_kv.engine.store import weights_of
     from trt_kv.runtime.gpu.engine_loader import check_decoder_engine
 
     meta = read_sidecar(check_engine_files(path))

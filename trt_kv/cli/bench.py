@@ -147,7 +147,7 @@ def check_sizes(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from trt_kv.examples import load_model
+    from trt_kv.models.loading import load_model
     from trt_kv.runtime.session import Session
 
     backends.choose_backend(args)  # before loading any weights

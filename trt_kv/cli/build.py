@@ -34,7 +34,7 @@ def print_built(out: Path, rows: list, file: TextIO | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trt_kv.jobs import build_doc_example
+    from trt_kv.engine.store import build_doc_example
 
     check_model(args)
     model_rows = []

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from trt_kv import build_defaults as defaults
 from trt_kv.cli.checks import integer, routes
 from trt_kv.contract import FLOAT_DTYPES
-from trt_kv.engines_dir import ENGINES_DIR
+from trt_kv.engine import ENGINES_DIR
 
 if TYPE_CHECKING:
-    from trt_kv.examples import Model
-    from trt_kv.jobs import BuildOptions, BuiltFile
+    from trt_kv.engine.store import BuildOptions, BuiltFile
+    from trt_kv.models.loading import Model
 
 DTYPES = FLOAT_DTYPES  # --dtype
 DEFAULT_DTYPE = defaults.DTYPE  # engines and the interpreter
@@ -99,10 +99,10 @@ def load_cli_model(args: argparse.Namespace) -> Model:
     against the model as before.
 
     Raises:
-        ConfigError, ShapeError, DTypeError: as :func:`trt_kv.examples.load_model`.
+        ConfigError, ShapeError, DTypeError: as :func:`trt_kv.models.loading.load_model`.
     """
-    from trt_kv.examples import load_model
     from trt_kv.models.architectures import architecture_of
+    from trt_kv.models.loading import load_model
 
     model = load_model(args.model, progress=not args.quiet)
     if isinstance(getattr(args, "max_seq_len", None), DefaultSize):
@@ -119,12 +119,12 @@ def max_step_tokens(args: argparse.Namespace) -> int:
 
 
 def build_options(args: argparse.Namespace, batch: int = 0) -> BuildOptions:
-    """:class:`~trt_kv.jobs.BuildOptions` from the parsed arguments: every field whose
+    """:class:`~trt_kv.engine.store.BuildOptions` from the parsed arguments: every field whose
     option the subcommand has (``--max-seq-len`` -> ``max_seq_len``...), so an option added
     to both joins the engine key by itself; ``max_batch`` at least ``batch``."""
     import dataclasses
 
-    from trt_kv.jobs import BuildOptions
+    from trt_kv.engine.store import BuildOptions
 
     given = {
         f.name: getattr(args, f.name)
@@ -149,9 +149,9 @@ def model_engine(
     """
     import dataclasses
 
-    from trt_kv.jobs import build_model_engine, find_model_engine
+    from trt_kv.engine.digest import weights_sha256
+    from trt_kv.engine.store import build_model_engine, find_model_engine
     from trt_kv.models.architectures import architecture_of
-    from trt_kv.weights_id import weights_sha256
 
     options = build_options(args, batch)
     architecture_of(config).check_max_seq_len(config, options.max_seq_len, "--max-seq-len")
@@ -172,7 +172,7 @@ def engine_status(r: BuiltFile) -> str:
     """``"built now"``, ``"rebuilt: config changed in ['rms_norm_eps']"`` (an engine of that
     name replaced), ``"built: no engine for these weights (sha256 9c01ab34...; the one for
     sha256 3f2a9c01... stays)"`` or ``"reused (built 2026-11-22T03:10:00Z in 7.31 s)"``."""
-    from trt_kv.jobs import NO_ENGINE_FOR_WEIGHTS
+    from trt_kv.engine.store import NO_ENGINE_FOR_WEIGHTS
 
     if not r.reused:
         verb = "built" if r.rebuilt.startswith(NO_ENGINE_FOR_WEIGHTS) else "rebuilt"
@@ -249,7 +249,7 @@ def engine_default_model(args: argparse.Namespace) -> list[str]:
     if engine is None or getattr(args, "model", None) is not None:
         return []
     from trt_kv.checkpoints.default import NAME
-    from trt_kv.engine_file import read_sidecar, sidecar_path
+    from trt_kv.engine.file import read_sidecar, sidecar_path
     from trt_kv.errors import EngineFileError
 
     try:

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trt_kv.engine.store import doc_example_engine
     from trt_kv.errors import ConfigError
-    from trt_kv.jobs import doc_example_engine
     from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
     args.backend = "auto"

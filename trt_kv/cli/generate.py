@@ -18,7 +18,7 @@ from trt_kv.cli.checks import (
 from trt_kv.errors import ArgumentError, mismatch
 
 if TYPE_CHECKING:
-    from trt_kv.examples import Model
+    from trt_kv.models.loading import Model
     from trt_kv.runtime.generate import Generation
 
 EXAMPLE = 'trt-kv generate --prompt "What is the capital of France?" --chat --backend interpreter'

@@ -138,8 +138,8 @@ def report(path: Path, batch: int | None = None, max_seq_len: int | None = None)
     import hashlib
 
     from trt_kv import FEATURES
-    from trt_kv.engine_file import check_engine_files, read_sidecar
-    from trt_kv.sidecar import targets_json
+    from trt_kv.engine.file import check_engine_files, read_sidecar
+    from trt_kv.engine.sidecar import targets_json
 
     side = check_engine_files(path)
     meta = read_sidecar(side)

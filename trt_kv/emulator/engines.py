@@ -9,8 +9,8 @@ the engine bytes, from one of two sources:
   added to its builder config, the moment the engine bytes exist;
 - **an engine file given to** ``emulated_gpu(engines=[...])`` (a file, or a folder of
   them) whose sidecar records this sha256: the sidecar's ``recipe`` (written by
-  :mod:`trt_kv.jobs`) rebuilds the network: the documentation example, or a model of any
-  architecture (:func:`trt_kv.jobs.network_from_recipe`) from the one of
+  :mod:`trt_kv.engine.store`) rebuilds the network: the documentation example, or a model of any
+  architecture (:func:`trt_kv.engine.store.network_from_recipe`) from the one of
   ``emulated_gpu(models=[...])`` whose weights hash to the recorded sha256 (the sidecar
   names the model, never a path on the machine that built it). The optimization profiles
   come from that rebuild too (the functions the build called), and a sidecar whose
@@ -38,7 +38,7 @@ from trt_kv._trt import trt
 from trt_kv.builder.engine import Profile
 from trt_kv.builder.kv_cache import cache_aliases
 from trt_kv.emulator.memory import EmulatorError
-from trt_kv.engine_file import EngineMeta, read_sidecar, sidecar_path
+from trt_kv.engine.file import EngineMeta, read_sidecar, sidecar_path
 from trt_kv.errors import TrtKvError, mismatch
 from trt_kv.interpreter import Plan, compile_network
 
@@ -289,13 +289,13 @@ def _check_profiles(built: Sequence[Profile], said: Sequence[Profile]) -> None:
 def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile], object]:
     """``(network, its optimization profiles, what keeps its weights alive)`` for a recipe,
     from the functions the build called: the documentation example, or a model engine of
-    any architecture (:func:`trt_kv.jobs.network_from_recipe`)."""
+    any architecture (:func:`trt_kv.engine.store.network_from_recipe`)."""
     if recipe.get("network") == "kv_cache_doc_example":
-        from trt_kv.examples import doc_example_network
+        from trt_kv.builder.doc_example import doc_example_network
 
         builder, network, profiles = doc_example_network()
         return network, profiles, builder
-    from trt_kv.jobs import network_from_recipe
+    from trt_kv.engine.store import network_from_recipe
 
     try:
         net = network_from_recipe(recipe, md, _recipe_model(recipe))
@@ -306,8 +306,8 @@ def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile],
 
 def _recipe_model(recipe: dict) -> object:
     """The model of ``emulated_gpu(models=[...])`` whose weights hash to the recipe's."""
-    from trt_kv.examples import load_model
-    from trt_kv.weights_id import weights_digest
+    from trt_kv.engine.digest import weights_digest
+    from trt_kv.models.loading import load_model
 
     seen = []
     for spec in _SOURCES["models"]:

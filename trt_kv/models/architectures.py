@@ -1,4 +1,4 @@
-"""Which architecture builds a checkpoint: the one table the loader, ``jobs`` and the CLI
+"""Which architecture builds a checkpoint: the one table the loader, the engine store and the CLI
 dispatch on (``config.json``'s ``model_type``: ``gpt2`` is GPT-2, any other is the Llama
 family, whose own table refuses what it does not build).
 

@@ -3,7 +3,7 @@
 Before deserializing, the GPU's compute capability is compared with what the installed
 TensorRT module and the engine's targets run (:mod:`trt_kv.gpu_targets`), and the module's
 own ``Runtime.get_engine_validity`` is asked where it has one; after, the engine's I/O is
-compared with the sidecar (:func:`trt_kv.engine_file.check_engine_io`)."""
+compared with the sidecar (:func:`trt_kv.engine.file.check_engine_io`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trt_kv._trt import logger, trt
 from trt_kv.contract import DecoderRoles, check_roles
-from trt_kv.engine_file import EngineMeta, check_engine_io, load_engine_file
+from trt_kv.engine.file import EngineMeta, check_engine_io, load_engine_file
 from trt_kv.errors import EngineFileError, TrtKvError, check_int, mismatch
 from trt_kv.runtime.gpu.cuda import require_gpu, require_tensorrt_gpu
 
@@ -59,7 +59,7 @@ def load_cuda_engine(path: str | Path) -> tuple[object, bytes, EngineMeta]:
     Raises:
         GpuUnavailableError: no GPU; a compute capability the installed TensorRT or the
             engine's targets do not run (before deserializing).
-        EngineFileError: as :func:`trt_kv.engine_file.load_engine_file`; an engine
+        EngineFileError: as :func:`trt_kv.engine.file.load_engine_file`; an engine
             ``get_engine_validity`` calls INVALID, or that does not deserialize; an engine
             whose I/O differs from its sidecar.
     """

@@ -6,15 +6,15 @@ import pytest
 from tiny_models import TINY_GQA
 
 from trt_kv.builder import Routes
-from trt_kv.engine_file import sidecar_path
-from trt_kv.errors import ArgumentError
-from trt_kv.jobs import (
+from trt_kv.engine.file import sidecar_path
+from trt_kv.engine.store import (
     BuildOptions,
     build_model_engine,
     find_model_engine,
     model_engine_path,
     weights_digest,
 )
+from trt_kv.errors import ArgumentError
 from trt_kv.models.llama import LlamaConfig, random_weights
 
 

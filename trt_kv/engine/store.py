@@ -1,4 +1,5 @@
-"""Build jobs: network -> engine bytes -> engine file with sidecar, as one call each.
+"""The engine store: engine names, the reuse rule, and builds (network -> engine bytes ->
+engine file with sidecar, as one call each), by default in :data:`trt_kv.engine.ENGINES_DIR`.
 
 A model engine's file name comes from the model's name, a short digest of its weights and
 :class:`BuildOptions` (every option that changes the built engine), so engines of other
@@ -7,8 +8,8 @@ engine only when everything that decides its bytes matches (weights sha256, conf
 build option, routes, TensorRT module and version, compute-capability targets, decoder
 roles) and says otherwise why it must be rebuilt. A new build option is a new field of
 :class:`BuildOptions` (and a keyword of every architecture's network builder, e.g.
-``build_llama_network``, of the same name, unless its metadata says ``network=False``: an
-engine-build option such as the compute-capability targets): it joins the file name, the
+``build_llama_network``, of the same name, unless its metadata says ``"network": False``:
+an engine-build option such as the compute-capability targets): it joins the file name, the
 sidecar key and the build call without further edits. The architecture comes from the config's type
 (:mod:`trt_kv.models.architectures`); the sidecar records the network's decoder roles.
 """
@@ -27,7 +28,10 @@ from pathlib import Path
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import FEATURES
 from trt_kv.builder import DecoderRoles, Profile, Routes, build_engine
-from trt_kv.engine_file import (
+from trt_kv.builder.doc_example import doc_example_network
+from trt_kv.engine import ENGINES_DIR
+from trt_kv.engine.digest import weights_digest
+from trt_kv.engine.file import (
     EngineMeta,
     describe,
     load_engine_file,
@@ -35,23 +39,14 @@ from trt_kv.engine_file import (
     save_engine,
     sidecar_path,
 )
-from trt_kv.engines_dir import ENGINES_DIR
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
-from trt_kv.examples import doc_example_network
 from trt_kv.gpu_targets import PORTABLE, parse_targets
 from trt_kv.interrupts import held_sigint, step
 from trt_kv.models.architectures import architecture_named, architecture_of
-from trt_kv.weights_id import weights_digest
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
 DIGEST_CHARS = 8  # hex digits of the weights sha256 in an engine's file name
-
-
-def _tag(tag: str, always: bool = True, network: bool = True) -> dict:
-    """Field metadata: the file-name ``tag``, whether it shows at its default value, and
-    whether it is a keyword of the network builder (else of the engine build)."""
-    return {"tag": tag, "always": always, "network": network}
 
 
 @dataclass(frozen=True)
@@ -63,26 +58,28 @@ class BuildOptions:
     :mod:`trt_kv.build_defaults`'s; ``max_step_tokens`` None is
     :func:`~trt_kv.build_defaults.default_step_tokens`, ``device_top_k`` None
     :func:`~trt_kv.build_defaults.default_device_top_k` (1; 0 with ``all_logits``).
+
+    Each field's metadata, every key optional: ``"tag"``, its name in the file name (default:
+    the field's name); ``"always"``: True to name it at its default value too; ``"network"``:
+    False for an option of the engine build, not a keyword of the network builder.
     """
 
-    dtype: str = field(default=defaults.DTYPE, metadata=_tag(""))
-    max_seq_len: int = field(default=defaults.MAX_SEQ_LEN, metadata=_tag("s"))
-    max_batch: int = field(default=defaults.MAX_BATCH, metadata=_tag("b"))
-    max_step_tokens: int | None = field(default=None, metadata=_tag("t"))
+    dtype: str = field(default=defaults.DTYPE, metadata={"tag": "", "always": True})
+    max_seq_len: int = field(default=defaults.MAX_SEQ_LEN, metadata={"tag": "s", "always": True})
+    max_batch: int = field(default=defaults.MAX_BATCH, metadata={"tag": "b", "always": True})
+    max_step_tokens: int | None = field(default=None, metadata={"tag": "t", "always": True})
     all_logits: bool = False
     # the route of each network part ("auto": the best available)
     routes: Routes = field(default_factory=Routes)
     # None: weights in ``dtype``; "int8" / "int4" / "keep" (see build_llama_network)
-    weight_format: str | None = field(default=None, metadata=_tag("weights", always=False))
+    weight_format: str | None = field(default=None, metadata={"tag": "weights"})
     # k of the network's own next-token candidates (0: off; see build_llama_network); None:
     # the default for all_logits (build_defaults.default_device_top_k). Always in the file
     # name ("-k1"): an engine named before the default became 1 (no "-k") is never reused
-    device_top_k: int | None = field(default=None, metadata=_tag("k"))
+    device_top_k: int | None = field(default=None, metadata={"tag": "k", "always": True})
     # GPU targets: "portable" (TensorRT-RTX's default), or "8.9" / "8.0,12.0"
     # (IBuilderConfig.set_compute_capability; see trt_kv.gpu_targets)
-    compute_capability: str = field(
-        default=PORTABLE, metadata=_tag("cc", always=False, network=False)
-    )
+    compute_capability: str = field(default=PORTABLE, metadata={"tag": "cc", "network": False})
 
     def __post_init__(self) -> None:
         if self.max_step_tokens is None and isinstance(self.max_seq_len, int):
@@ -120,20 +117,20 @@ class BuildOptions:
         """The file-name part naming these options, e.g. ``"float16-s512-b8-t128"``."""
         parts = []
         for f in dataclasses.fields(self):
-            value, meta = getattr(self, f.name), f.metadata or _tag(f.name, always=False)
+            value, tag = getattr(self, f.name), f.metadata.get("tag", f.name)
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            if value == default and not meta["always"]:
+            if value == default and not f.metadata.get("always", False):
                 continue
             if value is True:
-                parts.append(meta["tag"])
+                parts.append(tag)
             elif hasattr(value, "key"):  # a structured option that names itself (Routes)
                 parts.append(value.key())
             elif isinstance(value, (bool, int, float, str)):
-                parts.append(meta["tag"] + ("_" if meta["tag"] and isinstance(value, str) else ""))
+                parts.append(tag + ("_" if tag and isinstance(value, str) else ""))
                 parts[-1] += re.sub(r"[^A-Za-z0-9.]+", "_", str(value))
             else:  # anything structured: a short digest of its JSON
                 text = json.dumps(value, sort_keys=True, default=str)
-                parts.append(f"{meta['tag']}_{hashlib.sha256(text.encode()).hexdigest()[:8]}")
+                parts.append(f"{tag}_{hashlib.sha256(text.encode()).hexdigest()[:8]}")
         return "-".join(parts)
 
 
@@ -370,7 +367,7 @@ def build_model_engine(
 
 def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
     """The network a model engine's sidecar recipe names, rebuilt from ``model`` (a loaded
-    :class:`~trt_kv.examples.Model`, whose weights must hash to the recorded sha256) with
+    :class:`~trt_kv.models.loading.Model`, whose weights must hash to the recorded sha256) with
     the recorded build options.
 
     Raises:
@@ -394,7 +391,3 @@ def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
         raise ConfigError(mismatch(f"config of {recipe['model']!r}", "", metadata["config"], ""))
     options = BuildOptions(**metadata[OPTIONS_KEY]).network_options()
     return arch.build_network(model.config, model.weights, **options)
-
-
-# The names before GPT-2 (Llama engines only), for code written against them.
-build_llama_engine, find_llama_engine = build_model_engine, find_model_engine

@@ -6,8 +6,8 @@ import os
 
 from cli_user import write_tiny_model
 
-from trt_kv.examples import load_model
-from trt_kv.weights_id import CACHE_FILE, source_files, weights_digest, weights_sha256
+from trt_kv.engine.digest import CACHE_FILE, source_files, weights_digest, weights_sha256
+from trt_kv.models.loading import load_model
 
 
 def test_the_digest_is_cached_by_path_size_and_mtime_and_redone_when_they_change(

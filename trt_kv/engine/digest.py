@@ -24,7 +24,7 @@ import numpy as np
 
 CACHE_FILE = "weights-sha256.json"
 CACHE_ENTRIES = 256  # the most recent kept
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent
 # the modules that decide the arrays of a checkpoint (readers, weight mappings)
 READERS = ("checkpoints/*.py", "models/*.py", "models/*/*.py")
 

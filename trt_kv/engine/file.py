@@ -1,6 +1,6 @@
 """Engine files: ``NAME.engine`` plus a JSON sidecar ``NAME.engine.json``.
 
-The sidecar (:mod:`trt_kv.sidecar`: what it holds, every field checked when read) records
+The sidecar (:mod:`trt_kv.engine.sidecar`: what it holds, every field checked when read) records
 what the runtime needs without deserializing the engine (which takes a GPU): TensorRT module
 and version, the compute capabilities the engine was built for, alias pairs, the write-index
 tensor, every network input and output, optimization profiles, the sha256 of the engine
@@ -25,9 +25,9 @@ from trt_kv._trt import FEATURES
 from trt_kv.builder.engine import BuiltEngine, Profile, cache_update_method
 from trt_kv.builder.kv_cache import cache_aliases, cache_update_layers, source_input
 from trt_kv.contract import DecoderRoles
+from trt_kv.engine.sidecar import EngineMeta, TensorSpec
 from trt_kv.errors import EngineFileError, mismatch
 from trt_kv.interrupts import held_sigint, step
-from trt_kv.sidecar import EngineMeta, TensorSpec
 
 __all__ = [
     "EngineMeta",

@@ -1,6 +1,6 @@
-"""Built-in networks: the KV-cache example of TensorRT's KVCacheUpdate operator page, and
-the models ``--model`` names (the default SmolLM2-135M-Instruct, a folder of any
-architecture trt_kv builds, a GGUF file)."""
+"""The models ``--model`` names, loaded: the default SmolLM2-135M-Instruct, a folder of any
+architecture trt_kv builds, a GGUF file; and the seeded random checkpoint of the default's
+shape."""
 
 from __future__ import annotations
 
@@ -8,33 +8,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from trt_kv.builder import Profile, add_kv_cache_update, create_network
 from trt_kv.checkpoints import Checkpoint, read_checkpoint
 from trt_kv.errors import ArgumentError, DownloadError, mismatch
 from trt_kv.models.architectures import architecture_of_hf
 from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
-
-# Shapes of the documentation example: cache [4, 2, 8, 1], update [4, 2, 4, 1], indices [4].
-DOC_CACHE_SHAPE = (4, 2, 8, 1)
-DOC_UPDATE_SHAPE = (4, 2, 4, 1)
-DOC_WRITE_INDICES = np.array([2, 1, 1, 3], dtype=np.int32)
-
-
-def doc_example_network(
-    dtype: str = "float32", index_dtype: str = "int32"
-) -> tuple[object, object, list[Profile]]:
-    """``(builder, network, profiles)`` of the documentation example: inputs ``cache``,
-    ``update``, ``write_indices``; output ``cache_out`` aliasing ``cache``. Static shapes."""
-    from trt_kv import dtypes
-
-    builder, network = create_network()
-    cache = network.add_input("cache", dtypes.to_trt(dtype), DOC_CACHE_SHAPE)
-    update = network.add_input("update", dtypes.to_trt(dtype), DOC_UPDATE_SHAPE)
-    write_indices = network.add_input("write_indices", dtypes.to_trt(index_dtype), (4,))
-    add_kv_cache_update(network, cache, update, write_indices, output_name="cache_out")
-    return builder, network, []
 
 
 @dataclass

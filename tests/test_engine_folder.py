@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trt_kv.engines_dir import ENGINES_DIR
+from trt_kv.engine import ENGINES_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def test_an_installed_package_builds_into_the_current_directory(tmp_path):
     shutil.copytree(ROOT / "trt_kv", site / "trt_kv")
     work = tmp_path / "work"
     work.mkdir()
-    code = "import trt_kv.engines_dir as d; print(d.__file__); print(d.ENGINES_DIR)"
+    code = "import trt_kv.engine as d; print(d.__file__); print(d.ENGINES_DIR)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=work,
@@ -30,6 +30,6 @@ def test_an_installed_package_builds_into_the_current_directory(tmp_path):
         check=True,
     )
     assert out.stdout.splitlines() == [
-        str(site / "trt_kv" / "engines_dir.py"),
+        str(site / "trt_kv" / "engine" / "__init__.py"),
         str(work / "engines"),
     ]
