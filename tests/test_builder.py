@@ -356,7 +356,7 @@ def test_alias_names_the_real_tensors():
         ({"head_dim": 0}, "c head_dim: expected an integer >= 1, got 0"),
         ({"head_dim": -3}, "c head_dim: expected an integer >= 1, got -3"),
         ({"max_seq_len": 0}, "c max_seq_len: expected an integer >= 1, got 0"),
-        ({"max_seq_len": 8.0}, "c max_seq_len: expected an integer, got 8.0"),
+        ({"max_seq_len": 8.0}, "c max_seq_len: expected an integer >= 1, got 8.0"),
         ({"batch": 0}, "c batch: expected an integer >= 1, got 0"),
     ],
 )

@@ -189,7 +189,7 @@ def test_a_prefill_plan_starts_from_empty_slots_and_changes_nothing():
         ((0, 8), "capacity: expected an integer >= 1, got 0"),
         ((2, -1), "max_seq_len: expected an integer >= 1, got -1"),
         ((2, 8, 0), "max_step_tokens: expected an integer >= 1, got 0"),
-        ((2, 8, None, 2.0), "vocab_size: expected an integer, got 2.0"),
+        ((2, 8, None, 2.0), "vocab_size: expected an integer >= 1, got 2.0"),
     ],
 )
 def test_state_sizes_must_be_positive_integers(args, match):

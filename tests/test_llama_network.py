@@ -177,10 +177,11 @@ def test_every_input_names_its_batch_axis_and_token_inputs_their_step_axis(f32_n
     }
 
 
-def test_network_outputs_are_last_token_logits_and_present_caches(f32_network):
+def test_network_outputs_are_last_token_logits_next_token_and_present_caches(f32_network):
     n = f32_network.network
     assert _signature(n.get_output(i) for i in range(n.num_outputs)) == {
         "logits": ((-1, 97), "float32"),
+        "next_token": ((-1,), "int32"),  # device_top_k 1, the default
         "present_key.0": CACHE,
         "present_value.0": CACHE,
         "present_key.1": CACHE,
@@ -258,7 +259,7 @@ OTHER_SHAPE = random_weights(dataclasses.replace(SMALL, hidden_size=24), seed=0)
         ),
         ({"max_batch": 0}, ArgumentError, "max_batch: expected an integer >= 1, got 0"),
         ({"max_step_tokens": 0}, ArgumentError, "max_step_tokens: expected an integer >= 1, got 0"),
-        ({"max_batch": 2.0}, ArgumentError, "max_batch: expected an integer, got 2.0"),
+        ({"max_batch": 2.0}, ArgumentError, "max_batch: expected an integer >= 1, got 2.0"),
         ({"weights": None}, ArgumentError, "weights: expected a LlamaWeights, got NoneType"),
         (
             {"routes": "primitive"},

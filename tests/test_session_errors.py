@@ -204,7 +204,7 @@ def test_generate_refuses_out_of_vocabulary_prompts_before_resetting():
         ({"temperature": 1e4}, T_RANGE + "10000.0"),
         ({"temperature": 1.0, "top_k": 0}, "top_k: expected an integer >= 1, got 0"),
         ({"temperature": 1.0, "top_k": -3}, "top_k: expected an integer >= 1, got -3"),
-        ({"temperature": 1.0, "top_k": 2.5}, "top_k: expected an integer, got 2.5"),
+        ({"temperature": 1.0, "top_k": 2.5}, "top_k: expected an integer >= 1, got 2.5"),
         ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
     ],
 )

@@ -45,7 +45,6 @@ trt_kv but its errors, so every layer can read the contract.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -56,6 +55,7 @@ from trt_kv.errors import (
     NetworkError,
     ShapeError,
     TrtKvError,
+    check_int,
     mismatch,
 )
 
@@ -214,7 +214,7 @@ def check_device_top_k(
     Raises:
         ArgumentError: another value, naming ``where``.
     """
-    k = _integer(where, k, 0, vocab_size if most is None else min(vocab_size, most))
+    k = check_int(where, k, 0, vocab_size if most is None else min(vocab_size, most))
     if k and all_logits:
         raise _fail(where, "0 with all_logits (logits of every position)", k)
     return k
@@ -234,16 +234,6 @@ def _raising(error: Error) -> Iterator[None]:
 
 def _fail(where: str, what: str, value: object) -> ArgumentError:
     return ArgumentError(mismatch(where, what, "", repr(value)))
-
-
-def _integer(where: str, value: object, lo: int, hi: int | None = None) -> int:
-    """``value`` as an int in ``[lo, hi]`` (bools and floats refused). Raises ArgumentError."""
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if not ok or value < lo or (hi is not None and value > hi):
-        raise _fail(
-            where, f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]", value
-        )
-    return int(value)
 
 
 def _name(where: str, value: object) -> str:
@@ -282,7 +272,7 @@ def _check_members(r: DecoderRoles, where: str) -> None:
         cache.check(f"{where}.caches[{i}]")
     _check_one_role_each(r, where)
     for key in ("vocab_size", "max_seq_len", "max_batch", "max_step_tokens"):
-        _integer(f"{where}.{key}", getattr(r, key), 1)
+        check_int(f"{where}.{key}", getattr(r, key), 1)
     if r.max_step_tokens > r.max_seq_len:
         raise _fail(
             f"{where}.max_step_tokens", f"<= max_seq_len = {r.max_seq_len}", r.max_step_tokens
@@ -290,13 +280,13 @@ def _check_members(r: DecoderRoles, where: str) -> None:
     if not isinstance(r.all_logits, bool):
         raise _fail(f"{where}.all_logits", "true or false", r.all_logits)
     if r.long_rope_after is not None:
-        _integer(f"{where}.long_rope_after", r.long_rope_after, 1)
+        check_int(f"{where}.long_rope_after", r.long_rope_after, 1)
         if "rope_lengths" not in r.inputs:
             raise ArgumentError(
                 mismatch(where, "with long_rope_after, the role", "rope_lengths", "missing")
             )
     if r.embedding_dim is not None or "embeddings" in r.inputs:
-        _integer(f"{where}.embedding_dim", r.embedding_dim, 1)
+        check_int(f"{where}.embedding_dim", r.embedding_dim, 1)
         if r.embedding_dtype not in FLOAT_DTYPES:
             raise _fail(
                 f"{where}.embedding_dtype", f"one of {list(FLOAT_DTYPES)}", r.embedding_dtype

@@ -97,15 +97,15 @@ def check_int(name: str, value: object, lo: int | None = None, hi: int | None = 
     """
     import numbers  # here, not at the top: ``trt-kv --help`` imports this module
 
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(mismatch(name, "an integer", "", repr(value)))
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        bounds = {
-            (True, True): f"in [{lo}, {hi}]",
-            (True, False): f">= {lo}",
-            (False, True): f"<= {hi}",
-        }[lo is not None, hi is not None]
-        raise ArgumentError(mismatch(name, f"an integer {bounds}", "", value))
+    bounds = {
+        (True, True): f" in [{lo}, {hi}]",
+        (True, False): f" >= {lo}",
+        (False, True): f" <= {hi}",
+        (False, False): "",
+    }[lo is not None, hi is not None]
+    integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not integral or (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ArgumentError(mismatch(name, f"an integer{bounds}", "", repr(value)))
     return int(value)
 
 
