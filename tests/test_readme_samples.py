@@ -6,7 +6,8 @@ HTML comment on the line before a block's fence says what the block needs:
 - ``<!-- skip: REASON -->``: not run here (a GPU, an engine file, an excerpt); the test is
   skipped with REASON.
 - ``<!-- with: NAME, ... -->``: the block continues from earlier text; each NAME is made by
-  ``SCOPE`` below before the block runs (``net``: a tiny Llama network).
+  ``SCOPE`` below before the block runs (``net``: a tiny Llama network; ``model`` and
+  ``engine``: a tiny checkpoint folder and an engine file built from it).
 
 Beyond running, two samples are checked: the KV-cache update network is built into an engine by
 the real TensorRT-RTX builder, and the user backend gives the ids trt_kv's own backend gives.
@@ -92,7 +93,37 @@ def _alibi_decoder() -> object:
     return script.build(script.weights())
 
 
-SCOPE = {"net": _tiny_llama_network, "decoder": _alibi_decoder}
+def _tiny_model() -> str:
+    """A two-layer Llama checkpoint folder in the current directory (written once)."""
+    from cli_user import write_tiny_model
+
+    folder = Path("tiny-model")
+    if not folder.exists():
+        write_tiny_model(folder)
+    return str(folder)
+
+
+def _tiny_engine() -> str:
+    """The engine file ``trt-kv build --model tiny-model`` writes (with its sidecar) in
+    engines/ of the current directory: built by another process, so the emulated TensorRT
+    deserializes it only by rebuilding the sidecar's recipe from the model it is given."""
+    from cli_user import run_cli
+
+    out = Path("engines").resolve()
+    run_cli(
+        "build", "--model", Path(_tiny_model()).resolve(), "--out", out, "--dtype", "float32",
+        "--max-seq-len", "16", "--max-batch", "1", "--max-step-tokens", "4",
+    )  # fmt: skip
+    (engine,) = out.glob("tiny-model-*.engine")  # build writes the doc example's too
+    return str(engine.relative_to(Path.cwd().resolve()))
+
+
+SCOPE = {
+    "net": _tiny_llama_network,
+    "decoder": _alibi_decoder,
+    "model": _tiny_model,  # a tiny checkpoint folder
+    "engine": _tiny_engine,  # trt-kv build's engine file of that folder
+}
 
 
 def test_every_marker_is_read():
