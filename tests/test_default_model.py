@@ -18,11 +18,11 @@ from trt_kv.errors import ArgumentError, DownloadError
 from trt_kv.models.loading import load_model
 
 
-def test_the_size_said_is_the_gguf_s_in_decimal_megabytes_as_the_readme_says(smollm2_gguf):
+def test_the_size_said_is_the_gguf_s_in_decimal_megabytes_as_the_set_up_doc_says(smollm2_gguf):
     from cli_user import ROOT
 
     assert GGUF_SIZE == f"{smollm2_gguf.stat().st_size / 1e6:.1f} MB" == "98.4 MB"
-    assert f"the default model ({GGUF_SIZE}," in (ROOT / "README.md").read_text()
+    assert f"the default model ({GGUF_SIZE}," in (ROOT / "docs" / "install.md").read_text()
 
 
 def test_a_cached_gguf_is_reused_without_pip(smollm2_gguf, monkeypatch):

@@ -1,6 +1,6 @@
-"""The README's Polygraphy ``inspect model`` commands, run as written on this CPU machine.
+"""docs/cli.md's Polygraphy ``inspect model`` commands, run as written on this CPU machine.
 
-What holds here (Polygraphy 0.53.6, TensorRT-RTX only, no GPU), and the README says so:
+What holds here (Polygraphy 0.53.6, TensorRT-RTX only, no GPU), and docs/cli.md says so:
 without ``POLYGRAPHY_USE_TENSORRT_RTX=1`` Polygraphy looks for ``tensorrt`` and stops; with
 it, Polygraphy loads the engine through TensorRT-RTX and stops at deserialization, which
 needs a GPU. ``trt-kv inspect`` is the CPU way to see an engine.

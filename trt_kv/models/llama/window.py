@@ -2,7 +2,7 @@
 
 Query at position p sees keys j with ``p - window < j <= p`` (Hugging Face's sliding-window
 mask); the cache stays ``[B, N_kv, S_max, H]`` and keys that fell out of the window stay in
-it, unread through the mask (see the README for the cost against a ring buffer).
+it, unread through the mask (docs/models.md gives the cost against a ring buffer).
 """
 
 from __future__ import annotations
