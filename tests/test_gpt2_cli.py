@@ -155,8 +155,8 @@ def test_a_folder_as_save_pretrained_writes_it_generates_with_one_line_about_its
 def test_a_folder_as_saved_builds_an_engine_of_s_max_n_positions(as_saved, tmp_path):
     path, _ = as_saved
     run_cli("build", "--model", path, "--out", tmp_path, "--max-batch", "1", "--dtype", "float32")
-    assert [p.name.split("-")[-4:] for p in tmp_path.glob(f"{path.name}-*.engine")] == [
-        ["float32", "s48", "b1", "t48.engine"]
+    assert [p.name.split("-")[-5:] for p in tmp_path.glob(f"{path.name}-*.engine")] == [
+        ["float32", "s48", "b1", "t48", "k1.engine"]
     ]
 
 
