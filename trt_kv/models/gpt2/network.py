@@ -20,17 +20,16 @@ import numpy as np
 
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
-from trt_kv.builder import Profile, add_model_caches, create_network
+from trt_kv.builder import Profile, create_network
 from trt_kv.builder.contract import decoder_profiles, decoder_roles, name_dimensions
-from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.models.gpt2.config import GPT2Config
 from trt_kv.models.gpt2.weights import GPT2Layer, GPT2Weights
-from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.layers.attention import attend, scale_queries
 from trt_kv.models.layers.graph import Graph, check_device_top_k
-from trt_kv.models.layers.network import check_step_sizes
+from trt_kv.models.layers.network import StepInputs, add_step_inputs, check_step_sizes
 from trt_kv.quantization.storage import check_held_range, check_weight_format
 
 
@@ -60,17 +59,17 @@ def _attention(
     lw: GPT2Layer,
     x: object,
     i: int,
-    caches: ModelCaches,
-    masks: Masks,
+    step: StepInputs,
     route: str,
 ) -> object:
-    """Multi-head self-attention of block ``i``, ``[B, S, D] -> [B, S, D]``."""
+    """Multi-head self-attention of block ``i``, ``[B, S, D] -> [B, S, D]``, over the step's
+    caches and masks."""
     n, h = cfg.n_head, cfg.head_dim
     q = scale_queries(g, _heads(g, _linear(g, x, lw.wq, lw.bq), n, h), h)  # [B, N, S, H]
     k = _heads(g, _linear(g, x, lw.wk, lw.bk), n, h)
     v = _heads(g, _linear(g, x, lw.wv, lw.bv), n, h)
-    k_all, v_all = caches.update(i, k, v)  # [B, N, S_max, H]
-    out = attend(g, route, q, k_all, v_all, masks, n)  # [B, N, S, H]
+    k_all, v_all = step.caches.update(i, k, v)  # [B, N, S_max, H]
+    out = attend(g, route, q, k_all, v_all, step.masks, n)  # [B, N, S, H]
     return _linear(g, g.shuffle(out, (0, 0, n * h), first=(0, 2, 1, 3)), lw.wo, lw.bo)
 
 
@@ -147,30 +146,23 @@ def build_gpt2_network(
     chosen = resolve_routes(routes)
     builder, network = create_network()
     g = Graph(network, dtype)
-    input_ids = network.add_input("input_ids", trt.int32, (-1, -1))
-    position_ids = network.add_input("position_ids", trt.int64, (-1, -1))
-    caches = add_model_caches(
-        network,
+    step = add_step_inputs(
+        g,
+        chosen,
         num_layers=config.n_layer,
         num_kv_heads=config.n_head,
         head_dim=config.head_dim,
         max_seq_len=max_seq_len,
         dtype=dtype,
-        method=chosen.cache_update,
     )
-    kv_lengths = None
-    if chosen.key_value_lengths:
-        kv_lengths = network.add_input("key_value_lengths", trt.int32, (-1,))
-    masks = add_masks(g, chosen, position_ids, kv_lengths, max_seq_len)
     wte = g.const(weights.wte)  # [V, D]
-    x = g.add(g.gather(wte, input_ids, 0), g.gather(g.const(weights.wpe), position_ids, 0))
+    wpe = g.const(weights.wpe)  # [S_max, D]
+    x = g.add(g.gather(wte, step.input_ids, 0), g.gather(wpe, step.position_ids, 0))
     eps = config.layer_norm_epsilon
     for i, lw in enumerate(weights.layers):
         x = g.add(
             x,
-            _attention(
-                g, config, lw, _layer_norm(g, x, lw.ln_1, eps), i, caches, masks, chosen.attention
-            ),
+            _attention(g, config, lw, _layer_norm(g, x, lw.ln_1, eps), i, step, chosen.attention),
         )
         x = g.add(x, _mlp(g, lw, _layer_norm(g, x, lw.ln_2, eps)))
     g.logits(_layer_norm(g, x, weights.ln_f, eps), wte, all_logits, device_top_k)  # tied head

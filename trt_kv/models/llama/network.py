@@ -40,7 +40,7 @@ import numpy as np
 
 from trt_kv import build_defaults as defaults
 from trt_kv._trt import trt
-from trt_kv.builder import Profile, add_model_caches, create_network
+from trt_kv.builder import Profile, create_network
 from trt_kv.builder.contract import (
     decoder_profiles,
     decoder_roles,
@@ -50,9 +50,9 @@ from trt_kv.builder.model_caches import ModelCaches
 from trt_kv.builder.routes import Routes, resolve_routes
 from trt_kv.contract import DecoderRoles
 from trt_kv.errors import ArgumentError, mismatch
-from trt_kv.models.layers.attention import Masks, add_masks, attend, scale_queries
+from trt_kv.models.layers.attention import Masks, attend, scale_queries
 from trt_kv.models.layers.graph import Graph, check_device_top_k
-from trt_kv.models.layers.network import check_step_sizes
+from trt_kv.models.layers.network import add_step_inputs, check_step_sizes
 from trt_kv.models.llama.config import LlamaConfig
 from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
@@ -71,8 +71,7 @@ from trt_kv.quantization import QuantizedMatrix
 from trt_kv.quantization.network import QuantizedWeight
 from trt_kv.quantization.storage import check_held_range, check_weight_format, weight_storage
 
-INPUT_IDS, POSITION_IDS = "input_ids", "position_ids"
-KV_LENGTHS, LOGITS = "key_value_lengths", "logits"
+LOGITS = "logits"
 ROPE_LENGTHS = "rope_lengths"
 
 
@@ -239,32 +238,26 @@ def build_llama_network(
     cfg = config
     builder, network = create_network()
     g = Graph(network, dtype)
-    input_ids = network.add_input(INPUT_IDS, trt.int32, (-1, -1))
-    position_ids = network.add_input(POSITION_IDS, trt.int64, (-1, -1))
-    caches = add_model_caches(
-        network,
+    step = add_step_inputs(
+        g,
+        chosen,
         num_layers=cfg.num_hidden_layers,
         num_kv_heads=cfg.num_key_value_heads,
         head_dim=cfg.head_dim,
         max_seq_len=max_seq_len,
         dtype=dtype,
-        method=chosen.cache_update,
     )
-    kv_lengths = None
-    if chosen.key_value_lengths:
-        kv_lengths = network.add_input(KV_LENGTHS, trt.int32, (-1,))
-    masks = add_masks(g, chosen, position_ids, kv_lengths, max_seq_len)
     window = None
     if any(cfg.window(i) is not None for i in range(cfg.num_hidden_layers)):
-        window = window_masks(g, masks, position_ids, cfg.sliding_window, max_seq_len)
+        window = window_masks(g, step.masks, step.position_ids, cfg.sliding_window, max_seq_len)
     rope_lengths = None
     if long_rope_after(cfg, max_seq_len) is not None:
         rope_lengths = network.add_input(ROPE_LENGTHS, trt.int32, (-1,))
-    rope = add_rope(g, chosen.rope, cfg, position_ids, max_seq_len, rope_lengths)
-    shared = _Shared(chosen, rope, masks, window, caches, quantized)
+    rope = add_rope(g, chosen.rope, cfg, step.position_ids, max_seq_len, rope_lengths)
+    shared = _Shared(chosen, rope, step.masks, window, step.caches, quantized)
 
     embed = g.const(weights.embed)  # [V, D]
-    x = g.gather(embed, input_ids, 0)  # [B, S, D]
+    x = g.gather(embed, step.input_ids, 0)  # [B, S, D]
     if cfg.embed_scale:  # sqrt(D) rounded to the compute dtype first, as Hugging Face does
         x = g.mul(x, g.const(np.full((1, 1, 1), cfg.hidden_size**0.5)))
     for i, lw in enumerate(track(weights.layers, "network", unit="layer")):
