@@ -21,7 +21,7 @@ def test_quantized_engines_on_the_emulated_gpu_give_the_interpreters_ids(
     host = run_json(capsys, *ask, "--backend", "interpreter")["ids"]
     out = run_json(capsys, *ask, "--backend", "tensorrt", "--out", str(tmp_path), "--emulate-gpu")
     assert out["ids"] == host and out["emulated_gpu"]
-    [engine] = tmp_path.glob(f"*-weights_{weights}.engine")
+    [engine] = tmp_path.glob(f"*-weights_{weights}-k1.engine")
     text = run_cli("inspect", engine).stdout
     line = next(s for s in text.splitlines() if s.startswith("weights "))
     assert line.split(None, 1)[1].startswith(f"{weights}: 14 {weights} -> {weights} block 32; ")
