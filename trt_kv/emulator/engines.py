@@ -10,7 +10,7 @@ the engine bytes, from one of two sources:
 - **an engine file given to** ``emulated_gpu(engines=[...])`` (a file, or a folder of
   them) whose sidecar records this sha256: the sidecar's ``recipe`` (written by
   :mod:`trt_kv.engine.store`) rebuilds the network: the documentation example, or a model of any
-  architecture (:func:`trt_kv.engine.store.network_from_recipe`) from the one of
+  architecture (:func:`trt_kv.engine.recipes.network_from_recipe`) from the one of
   ``emulated_gpu(models=[...])`` whose weights hash to the recorded sha256 (the sidecar
   names the model, never a path on the machine that built it). The optimization profiles
   come from that rebuild too (the functions the build called), and a sidecar whose
@@ -289,13 +289,13 @@ def _check_profiles(built: Sequence[Profile], said: Sequence[Profile]) -> None:
 def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile], object]:
     """``(network, its optimization profiles, what keeps its weights alive)`` for a recipe,
     from the functions the build called: the documentation example, or a model engine of
-    any architecture (:func:`trt_kv.engine.store.network_from_recipe`)."""
+    any architecture (:func:`trt_kv.engine.recipes.network_from_recipe`)."""
     if recipe.get("network") == "kv_cache_doc_example":
         from trt_kv.builder.doc_example import doc_example_network
 
         builder, network, profiles = doc_example_network()
         return network, profiles, builder
-    from trt_kv.engine.store import network_from_recipe
+    from trt_kv.engine.recipes import network_from_recipe
 
     try:
         net = network_from_recipe(recipe, md, _recipe_model(recipe))
