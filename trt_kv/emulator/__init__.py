@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trt_kv.emulator import cuda_driver, cuda_runtime, polygraphy_cuda
 from trt_kv.emulator.counting import Counts, counting
@@ -27,6 +28,9 @@ from trt_kv.emulator.cuda_runtime import submit
 from trt_kv.emulator.device import DEFAULT_COMPUTE_CAPABILITY, CudaCallFailed, device
 from trt_kv.emulator.memory import DeviceMemory, EmulatorError
 from trt_kv.emulator.streams import StreamWorkError
+
+if TYPE_CHECKING:  # the engine records import the interpreter: loaded on first activation
+    from trt_kv.emulator.engines import RebuildFn
 
 __all__ = [
     "Counts",
@@ -127,7 +131,7 @@ def is_active() -> bool:
 def emulated_gpu(
     compute_capability: tuple[int, int] | None = None,
     engines: Iterable[str | Path] = (),
-    models: Iterable[str | Path] = (),
+    rebuild: RebuildFn | None = None,
 ) -> Iterator[None]:
     """Run the block on the emulated GPU; nested blocks share one activation. Everything
     installed is restored on exit of the outermost block, even when it raises. Leaving the
@@ -138,10 +142,12 @@ def emulated_gpu(
     ``compute_capability``: the device's ``(major, minor)`` (None: the default 8.9, or the
     enclosing block's); ``cudaDeviceGetAttribute``, ``cudaGetDeviceProperties`` and the
     emulated TensorRT-RTX's refusal of engines that cannot run on it answer from it.
-    ``engines`` (files, or folders of ``*.engine``) and ``models`` (``load_model`` specs):
-    the engine files built outside this process the emulated TensorRT may deserialize, by
-    rebuilding each sidecar's recipe from the model whose weights have the recorded sha256
-    (see :mod:`trt_kv.emulator.engines`); engines built in the process need neither.
+    ``engines`` (files, or folders of ``*.engine``): the engine files built outside this
+    process the emulated TensorRT may deserialize, by rebuilding the network of each
+    sidecar's ``recipe`` with ``rebuild(recipe, metadata) -> (network, profiles, keep)``
+    (None: the enclosing block's; trt_kv's is
+    ``trt_kv.engine.recipes.recipe_rebuilder(models)``, see :mod:`trt_kv.emulator.engines`);
+    without one such an engine is refused. Engines built in the process need neither.
 
     Raises:
         EmulatorError: a nested block asking for another compute capability than the
@@ -169,13 +175,14 @@ def emulated_gpu(
             device().compute_capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
             _ACTIVE["cc"] = device().compute_capability
         _ACTIVE["depth"] += 1
-        _engines.add_sources(engines, models)
+        _engines.add_sources(engines, rebuild)
     failed = True
     try:
         yield
         failed = False
     finally:
         with _LOCK:
+            _engines.drop_rebuild(rebuild)
             _ACTIVE["depth"] -= 1
             if _ACTIVE["depth"] == 0:
                 try:
