@@ -12,6 +12,7 @@ from trt_kv.builder import Profile, build_engine, create_network
 from trt_kv.builder.doc_example import doc_example_network
 from trt_kv.emulator import emulated_gpu
 from trt_kv.emulator.device import device
+from trt_kv.engine.recipes import recipe_rebuilder
 from trt_kv.engine.store import build_doc_example
 from trt_kv.errors import EngineFileError
 
@@ -219,7 +220,7 @@ def test_a_sidecar_recipe_rebuilds_an_engine_built_elsewhere(tmp_path):
     from trt_kv.runtime.gpu.engine_loader import load_cuda_engine
 
     built = build_doc_example(tmp_path)  # outside the emulator: no build hook saw it
-    with emulated_gpu(engines=[built.path]):
+    with emulated_gpu(engines=[built.path], rebuild=recipe_rebuilder()):
         engine, _, _ = load_cuda_engine(built.path)
         assert engine.get_aliased_input_tensor("cache_out") == "cache"
 
@@ -299,7 +300,7 @@ def test_a_sidecar_whose_profiles_differ_from_the_recipe_build_is_refused(tmp_pa
     _widen_batch(side, 4)
     sidecar_path(built.path).write_text(json.dumps(side))
     log = Log()
-    with emulated_gpu(engines=[built.path], models=[folder]):
+    with emulated_gpu(engines=[built.path], rebuild=recipe_rebuilder([folder])):
         assert trt.Runtime(log).deserialize_cuda_engine(built.path.read_bytes()) is None
     assert log.errors[-1].endswith(
         ": sidecar profile decode input input_ids: expected [min, opt, max] as built "

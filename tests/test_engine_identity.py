@@ -148,6 +148,7 @@ def test_a_truncated_engine_re_signed_is_refused_on_the_emulated_gpu(tmp_path):
     """Before: the emulator rebuilt the recipe's network and ran the truncated bytes."""
     import hashlib
 
+    from trt_kv.engine.recipes import recipe_rebuilder
     from trt_kv.engine.store import build_doc_example
 
     built = build_doc_example(tmp_path)  # outside the emulator: rebuilt from its recipe
@@ -156,7 +157,10 @@ def test_a_truncated_engine_re_signed_is_refused_on_the_emulated_gpu(tmp_path):
     _edit_sidecar(
         built.path, lambda d: d.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     )
-    with emulated_gpu(engines=[built.path]), pytest.raises(EngineFileError) as info:
+    with (
+        emulated_gpu(engines=[built.path], rebuild=recipe_rebuilder()),
+        pytest.raises(EngineFileError) as info,
+    ):
         load_cuda_engine(built.path)
     assert str(info.value) == (
         f"{built.path}: expected an engine valid on this GPU (get_engine_validity), got "

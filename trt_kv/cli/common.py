@@ -262,18 +262,21 @@ def engine_default_model(args: argparse.Namespace) -> list[str]:
 def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
     of compute capability ``$TRT_KV_EMULATED_CC``, and given ``--engine`` (or ``--out``) as
-    the engine files and ``--model`` (and the ``load_model`` specs in
-    ``$TRT_KV_EMULATED_MODELS``, separated by ``os.pathsep``: for ``--engine`` without
-    ``--model``; and the default model for an engine of it, :func:`engine_default_model`)
-    as the models it may rebuild engines from (sidecars name no paths)."""
+    the engine files and, as the rebuild function of their recipes,
+    :func:`trt_kv.engine.recipes.recipe_rebuilder` of ``--model`` (and the ``load_model``
+    specs in ``$TRT_KV_EMULATED_MODELS``, separated by ``os.pathsep``: for ``--engine``
+    without ``--model``; and the default model for an engine of it,
+    :func:`engine_default_model`): the models it may rebuild engines from (sidecars name no
+    paths)."""
     import os
 
     if not args.emulate_gpu:
         return run(args)
     from trt_kv.emulator import emulated_gpu
+    from trt_kv.engine.recipes import recipe_rebuilder
 
     engines = [p for p in (getattr(args, "engine", None), getattr(args, "out", None)) if p]
     models = [args.model] if getattr(args, "model", None) else engine_default_model(args)
     models += [m for m in os.environ.get(EMULATED_MODELS_VAR, "").split(os.pathsep) if m]
-    with emulated_gpu(emulated_cc(), engines=engines, models=models):
+    with emulated_gpu(emulated_cc(), engines=engines, rebuild=recipe_rebuilder(models)):
         return run(args)

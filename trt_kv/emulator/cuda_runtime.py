@@ -46,13 +46,7 @@ from trt_kv.emulator.cuda_events import (  # noqa: F401 (re-exported API)
     cudaEventSynchronize,
     cudaStreamWaitEvent,
 )
-from trt_kv.emulator.device import (
-    Capture,
-    CudaCallFailed,
-    Stream,
-    count_moves,
-    returning,
-)
+from trt_kv.emulator.device import Capture, CudaCallFailed, Stream, count_moves, returning
 from trt_kv.emulator.device import device as _state
 from trt_kv.emulator.memory import EmulatorError, is_device_pointer
 from trt_kv.emulator.streams import Checked

@@ -8,13 +8,19 @@ the engine bytes, from one of two sources:
   ``Builder.build_serialized_network`` records the network, with the optimization profiles
   added to its builder config, the moment the engine bytes exist;
 - **an engine file given to** ``emulated_gpu(engines=[...])`` (a file, or a folder of
-  them) whose sidecar records this sha256: the sidecar's ``recipe`` (written by
-  :mod:`trt_kv.engine.store`) rebuilds the network: the documentation example, or a model of any
-  architecture (:func:`trt_kv.engine.store.network_from_recipe`) from the one of
-  ``emulated_gpu(models=[...])`` whose weights hash to the recorded sha256 (the sidecar
-  names the model, never a path on the machine that built it). The optimization profiles
-  come from that rebuild too (the functions the build called), and a sidecar whose
-  ``profiles`` differ is refused: a real engine keeps the profiles it was built with.
+  them) whose sidecar records this sha256 and a ``recipe`` (written by the engine store),
+  from which the rebuild function given as ``emulated_gpu(rebuild=fn)`` makes the network
+  again: ``fn(recipe, metadata) -> (network, profiles, keep)``, with the sidecar's
+  ``recipe`` and its whole ``metadata``; ``profiles`` are the
+  :class:`~trt_kv.builder.engine.Profile` objects the build added, ``keep`` what keeps the
+  network's weights alive until it is compiled. The emulator itself knows no models: trt_kv's
+  rebuild function is ``trt_kv.engine.recipes.recipe_rebuilder(models)`` (the documentation
+  example, or a model of any architecture from the one of ``models`` whose weights hash to
+  the recorded sha256), which the CLI's ``--emulate-gpu`` and the tests pass in. Without one,
+  such an engine is refused, saying what to pass. The rebuilt network must have the
+  sidecar's I/O, and the profiles come from the rebuild (the functions the build called): a
+  sidecar whose ``profiles`` differ is refused, as a real engine keeps the profiles it was
+  built with.
 
 Any other network that honours the decoder contract runs emulated when it is built in the
 process under ``emulated_gpu()`` (the first source): that is the hook for a user's network.
@@ -167,24 +173,34 @@ def _dim_names(tensor: object) -> tuple[str | None, ...]:
 # sha256 -> the record, or why none could be made (a network the interpreter cannot run)
 _RECORDS: dict[str, EngineRecord | str] = {}
 _PROFILES: dict[int, tuple[object, list[object]]] = {}  # id(config) -> (config, profiles)
-# what emulated_gpu(engines=..., models=...) gave the active block: engine files or folders,
-# load_model specs (and the models loaded from them, by spec)
-_SOURCES: dict[str, list] = {"engines": [], "models": []}
-_LOADED: dict[str, object] = {}
+# (network, its optimization profiles, what keeps its weights alive)
+Rebuilt = tuple[object, Sequence[Profile], object]
+RebuildFn = Callable[[dict, dict], Rebuilt]  # (sidecar recipe, sidecar metadata) -> Rebuilt
+# what emulated_gpu(engines=..., rebuild=...) gave the active blocks: engine files or
+# folders (until the outermost block ends), rebuild functions (innermost last, each until
+# the block that gave it ends)
+_SOURCES: dict[str, list] = {"engines": [], "rebuild": []}
 
 
-def add_sources(engines: Iterable[str | Path], models: Iterable[str | Path]) -> None:
-    """Engine files (or folders of them) and model specs the active block may rebuild from
-    (read only when an engine of unknown bytes is deserialized)."""
+def add_sources(engines: Iterable[str | Path], rebuild: RebuildFn | None = None) -> None:
+    """Engine files (or folders of them) the active block may rebuild from (read only when
+    an engine of unknown bytes is deserialized), and the function that rebuilds their
+    recipes' networks (None: the enclosing block's, if any)."""
     _SOURCES["engines"] += [Path(p) for p in engines]
-    _SOURCES["models"] += [str(m) for m in models]
+    if rebuild is not None:
+        _SOURCES["rebuild"].append(rebuild)
+
+
+def drop_rebuild(rebuild: RebuildFn | None) -> None:
+    """Forget ``rebuild`` (the block that gave it ended; None: nothing to forget)."""
+    if rebuild is not None:
+        _SOURCES["rebuild"].remove(rebuild)
 
 
 def clear_sources() -> None:
     """Forget the sources (the outermost block ended)."""
     _SOURCES["engines"].clear()
-    _SOURCES["models"].clear()
-    _LOADED.clear()
+    _SOURCES["rebuild"].clear()
 
 
 def sidecar_of(sha: str) -> EngineMeta | None:
@@ -286,46 +302,28 @@ def _check_profiles(built: Sequence[Profile], said: Sequence[Profile]) -> None:
                 raise EmulatorError(mismatch(where, "[min, opt, max] as built", mine, yours))
 
 
-def _network_from_recipe(recipe: dict, md: dict) -> tuple[object, list[Profile], object]:
+def _network_from_recipe(recipe: dict, md: dict) -> Rebuilt:
     """``(network, its optimization profiles, what keeps its weights alive)`` for a recipe,
-    from the functions the build called: the documentation example, or a model engine of
-    any architecture (:func:`trt_kv.engine.store.network_from_recipe`)."""
-    if recipe.get("network") == "kv_cache_doc_example":
-        from trt_kv.builder.doc_example import doc_example_network
+    from the rebuild function of the innermost block that gave one.
 
-        builder, network, profiles = doc_example_network()
-        return network, profiles, builder
-    from trt_kv.engine.store import network_from_recipe
-
+    Raises:
+        EmulatorError: no block gave a rebuild function, or it failed (its error, after the
+            recipe's network name).
+    """
+    if not _SOURCES["rebuild"]:
+        raise EmulatorError(
+            mismatch(
+                f"recipe {recipe.get('network')!r} (an engine built in another process)",
+                "emulated_gpu(rebuild=fn) to rebuild its network, e.g. "
+                "rebuild=trt_kv.engine.recipes.recipe_rebuilder([model specs])",
+                "",
+                "no rebuild function",
+            )
+        )
     try:
-        net = network_from_recipe(recipe, md, _recipe_model(recipe))
+        return _SOURCES["rebuild"][-1](recipe, md)
     except TrtKvError as err:
         raise EmulatorError(f"recipe {recipe.get('network')!r}: {err}") from err
-    return net.network, net.profiles, net
-
-
-def _recipe_model(recipe: dict) -> object:
-    """The model of ``emulated_gpu(models=[...])`` whose weights hash to the recipe's."""
-    from trt_kv.engine.digest import weights_digest
-    from trt_kv.models.loading import load_model
-
-    seen = []
-    for spec in _SOURCES["models"]:
-        if spec not in _LOADED:
-            model = load_model(spec, progress=False)
-            _LOADED[spec] = (model, weights_digest(model.weights))
-        model, digest = _LOADED[spec]
-        if digest == recipe["weights_sha256"]:
-            return model
-        seen.append(f"{spec} ({digest[:12]})")
-    raise EmulatorError(
-        mismatch(
-            f"recipe of model {recipe.get('model')!r}",
-            "a model in emulated_gpu(models=[...]) with weights sha256",
-            recipe["weights_sha256"][:12],
-            seen or "no models given",
-        )
-    )
 
 
 # -- hooks: installed by the emulator, removed when it is uninstalled ------------------------

@@ -31,7 +31,7 @@ from trt_kv.emulator.device import device
 from trt_kv.emulator.engines import EngineRecord, IOTensor, Shape
 from trt_kv.emulator.memory import EmulatorError
 from trt_kv.emulator.streams import Checked
-from trt_kv.emulator.tensorrt_runtime import log_error
+from trt_kv.emulator.tensorrt_log import log_error
 from trt_kv.errors import TrtKvError
 
 ALIGNMENT = 256

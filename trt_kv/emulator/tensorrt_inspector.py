@@ -39,7 +39,7 @@ import json
 
 from trt_kv._trt import trt
 from trt_kv.emulator.engines import LayerRecord, LayerTensor
-from trt_kv.emulator.tensorrt_runtime import log_error
+from trt_kv.emulator.tensorrt_log import log_error
 
 UNKNOWN = "unknown (emulated: decided by a real TensorRT build)"
 NOTE = (

@@ -21,6 +21,7 @@ from trt_kv._trt import FEATURES, trt
 from trt_kv.emulator.device import device
 from trt_kv.emulator.engines import EngineRecord, install_hooks, lookup, targets_of
 from trt_kv.emulator.memory import EmulatorError
+from trt_kv.emulator.tensorrt_log import log_error
 
 # What TensorRT-RTX 1.7.1 did on a real NVIDIA H200 (compute capability 9.0, 2026-11-25,
 # docs/gpu-results.md) with a portable engine: "IRuntime::deserializeCudaEngine: Error Code
@@ -34,11 +35,6 @@ FULL_TRT_FROM = (7, 5)  # full TensorRT 10.x/11.x: Turing and later
 # A TensorRT-RTX engine starts with b"vtrt" and holds its own length, a little-endian
 # 64-bit integer at byte 16 (read from TensorRT-RTX 1.7.1 engines built here).
 ENGINE_MAGIC, LENGTH_AT = b"vtrt", 16
-
-
-def log_error(logger: object, message: str) -> None:
-    """Send ``message`` to a TensorRT logger at ERROR severity, as TensorRT does."""
-    logger.log(trt.ILogger.Severity.ERROR, f"[emulated TensorRT] {message}")
 
 
 def malformed(data: bytes) -> str | None:

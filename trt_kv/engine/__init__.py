@@ -1,10 +1,12 @@
 """The engine stage: a built engine on disk, and where engines come from.
 
-Three parts, at three layers of trt_kv (imports go down, never up):
+Four parts, at three layers of trt_kv (imports go down, never up):
 
 - the **store**, :mod:`trt_kv.engine.store`: engine file names, the reuse rule and builds
   (network -> engine bytes -> engine file with sidecar). It builds the models' networks, so
   it sits above :mod:`trt_kv.models`; the CLI and scripts call it.
+- the **recipes**, :mod:`trt_kv.engine.recipes`: the network a sidecar's recipe names, built
+  again (what the emulated GPU runs for an engine built in another process). Over the store.
 - the **weights digest**, :mod:`trt_kv.engine.digest`: the sha256 of a model's weights that
   the store compares and the sidecar records, cached by checkpoint file. Above the models
   too: it reads weights through their architecture.
@@ -18,7 +20,7 @@ This module holds only :data:`ENGINES_DIR`, where engines and their sidecars go 
 ``pyproject.toml`` beside the package, as with ``pip install -e .``): its ``engines/``
 folder, the project layout. Installed as a package: ``engines/`` in the current directory,
 never inside site-packages (often read-only, and wiped by the next ``pip install``). It
-imports nothing heavy and none of the three parts: ``trt-kv --help`` reads it, and every
+imports nothing heavy and none of the parts: ``trt-kv --help`` reads it, and every
 import of the file format runs it.
 """
 

@@ -42,7 +42,7 @@ from trt_kv.engine.file import (
 from trt_kv.errors import ArgumentError, EngineFileError, mismatch
 from trt_kv.gpu_targets import PORTABLE, parse_targets
 from trt_kv.interrupts import held_sigint, step
-from trt_kv.models.architectures import architecture_named, architecture_of
+from trt_kv.models.architectures import architecture_of
 
 OPTIONS_KEY = "build_options"  # sidecar metadata: the BuildOptions an engine was built with
 BUILT_AT_KEY = "built_at"  # sidecar metadata: UTC time the build finished (ISO 8601)
@@ -327,8 +327,8 @@ def build_model_engine(
     ``config``: a LlamaConfig, a GPT2Config), written to ``out_dir`` under a name that covers
     the weights and every build option; the sidecar holds the decoder roles, the config,
     the options and a recipe (architecture, the model's ``name`` and weights sha256, never
-    a path) from which the same network can be rebuilt (:func:`network_from_recipe`), e.g.
-    by the emulated TensorRT runtime.
+    a path) from which the same network can be rebuilt
+    (:func:`trt_kv.engine.recipes.network_from_recipe`), e.g. by the emulated TensorRT runtime.
 
     ``options`` are :class:`BuildOptions` fields (``dtype``, ``max_seq_len``,
     ``max_batch``, ``max_step_tokens``, ``compute_capability``, ...; ``max_seq_len`` left
@@ -363,31 +363,3 @@ def build_model_engine(
         return build_to_file(
             net.builder, net.network, net.profiles, path, metadata, net.roles, targets
         )
-
-
-def network_from_recipe(recipe: dict, metadata: dict, model: object) -> object:
-    """The network a model engine's sidecar recipe names, rebuilt from ``model`` (a loaded
-    :class:`~trt_kv.models.loading.Model`, whose weights must hash to the recorded sha256) with
-    the recorded build options.
-
-    Raises:
-        ArgumentError: a recipe of no known architecture.
-        ConfigError: the model's weights (sha256) or config differ from the recorded ones.
-    """
-    from trt_kv.errors import ConfigError
-
-    arch = architecture_named(recipe.get("network"))
-    digest = weights_digest(model.weights)
-    if digest != recipe["weights_sha256"]:
-        raise ConfigError(
-            mismatch(
-                f"weights of {recipe['model']!r}",
-                "sha256 (from the recipe)",
-                recipe["weights_sha256"],
-                digest,
-            )
-        )
-    if model.config.to_json() != metadata["config"]:
-        raise ConfigError(mismatch(f"config of {recipe['model']!r}", "", metadata["config"], ""))
-    options = BuildOptions(**metadata[OPTIONS_KEY]).network_options()
-    return arch.build_network(model.config, model.weights, **options)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
 
+from trt_kv.emulator.hooks import register_installer
 from trt_kv.errors import (
     ArgumentError,
     ClosedError,
@@ -35,6 +37,16 @@ def gpu_unavailable_reason() -> str | None:
     if count == 0:
         return "no CUDA device"
     return None
+
+
+def _forget_gpu_probe() -> Callable[[], None]:
+    """An emulator installer: :func:`gpu_unavailable_reason` is cached, so its answer is
+    forgotten on entry to ``trt_kv.emulator.emulated_gpu()`` and on exit from it."""
+    gpu_unavailable_reason.cache_clear()
+    return gpu_unavailable_reason.cache_clear
+
+
+register_installer(_forget_gpu_probe)  # the emulator's one door (trt_kv.emulator.hooks)
 
 
 def cuda_version_text(version: int) -> str:
