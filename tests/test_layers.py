@@ -144,3 +144,23 @@ def test_no_module_of_trt_kv_is_over_400_lines():
     sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     over = {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > MOST_LINES}
     assert over == {}
+
+
+def _readme_layers() -> list[set[str]]:
+    """The rows of README.md's Layout block as sets of module names (``engine/store.py`` ->
+    ``trt_kv.engine.store``), continuation lines left out."""
+    text = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    block = text.split("```\n", 2)[1]
+    rows = []
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            paths = [
+                n.strip().removesuffix(".py").strip("/") for n in line.split("  ")[0].split("|")
+            ]
+            rows.append({f"trt_kv.{p.replace('/', '.')}" for p in paths})
+    return rows
+
+
+def test_the_readme_draws_the_layers_of_the_contract():
+    layers = _contract("layers")["layers"]
+    assert _readme_layers() == [{n.strip() for n in layer.split("|")} for layer in layers]
