@@ -7,7 +7,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,10 +34,30 @@ def _trt_kv(*argv: object, **popen: object) -> subprocess.Popen:
     )
 
 
-def _running(pid: int) -> bool:
-    """Whether the command's ``run`` has started: subcommand modules import no NumPy, so
-    NumPy mapped into the process means ``main`` is inside its error handling."""
-    return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+# ``trt-kv`` as ``python -m trt_kv`` runs it, but the first decode step also writes one line
+# to the pipe whose fd is argv[1]: the test sends Ctrl-C on that line, not after a guess.
+_SAYS_WHEN_DECODING = """
+import os, sys
+from trt_kv.runtime.session import Session
+
+fd = int(sys.argv.pop(1))
+
+def saying(step):
+    def said(self, *args, **kwargs):
+        global fd
+        if fd >= 0:
+            os.write(fd, b"decoding\\n")
+            os.close(fd)
+            fd = -1
+        return step(self, *args, **kwargs)
+    return said
+
+Session.decode = saying(Session.decode)
+Session.decode_top_k = saying(Session.decode_top_k)
+from trt_kv.cli import program
+sys.argv[0] = "trt-kv"
+program()
+"""
 
 
 def _as_at_a_terminal() -> None:
@@ -57,16 +76,29 @@ def _long_run(model: Path) -> list[str]:
 
 
 def test_ctrl_c_is_one_line_then_the_process_ends_by_sigint(tiny_model):
-    child = _trt_kv(*_long_run(tiny_model), preexec_fn=_as_at_a_terminal)
+    said, says = os.pipe()
     try:
-        deadline = time.monotonic() + 60
-        while not _running(child.pid):
-            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-            time.sleep(0.05)
-        time.sleep(0.5)  # into the decode loop (~60 s of steps ahead)
-        while child.poll() is None and time.monotonic() < deadline:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SAYS_WHEN_DECODING, str(says), *_long_run(tiny_model)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2"),
+            preexec_fn=_as_at_a_terminal,
+            pass_fds=(says,),
+        )
+    finally:
+        os.close(says)
+    try:
+        with os.fdopen(said) as decoding:  # in the decode loop (~60 s of steps ahead)
+            assert decoding.readline() == "decoding\n", child.communicate()
+        for _ in range(120):
             child.send_signal(signal.SIGINT)  # again if one landed where Python drops it
-            time.sleep(0.5)
+            try:
+                child.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
         out, err = child.communicate(timeout=60)
     finally:
         child.kill()  # a no-op once it has exited
