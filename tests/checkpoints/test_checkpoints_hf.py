@@ -10,7 +10,9 @@ import pytest
 from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
-from tests.models.llama.test_llama_config import TINY, _tiny_tensors
+from tests.support.tiny_models import TINY_CHECKPOINT as TINY
+from tests.support.tiny_models import TINY_CHECKPOINT_TIED
+from tests.support.tiny_models import tiny_checkpoint_tensors as _tiny_tensors
 from trt_kv.checkpoints import read_hf_folder
 from trt_kv.errors import ArgumentError, ConfigError, DTypeError, ShapeError
 from trt_kv.models.llama import llama_weights
@@ -136,9 +138,7 @@ def test_biases_are_refused_as_extra_tensors():
 
 
 def test_tensors_transformers_drops_on_load_are_ignored():
-    from trt_kv.models.llama import LlamaConfig
-
-    tied = LlamaConfig(**{**TINY.to_json(), "tie_word_embeddings": True})
+    tied = TINY_CHECKPOINT_TIED
     t = _tiny_tensors()
     # a stored head equal to the embedding: the same model tied or not (a different one is
     # refused: tests/test_tied_head.py)

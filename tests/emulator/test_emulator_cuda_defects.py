@@ -41,21 +41,14 @@ def test_check_window_refuses_a_misaligned_start_for_every_cache():
 
 @pytest.mark.gpu
 def test_a_step_at_a_misaligned_window_is_refused_before_any_slot_changes(tmp_path):
+    from tests.support.tiny_models import ONE_KV_HEAD
     from trt_kv.engine.store import build_model_engine
-    from trt_kv.models.llama import LlamaConfig, random_weights
+    from trt_kv.models.llama import random_weights
     from trt_kv.runtime import Session
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
     # one KV head of 8 float16 values, S_max = 10: 160-byte slots, windows at 0, 8, 16...
-    cfg = LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-    )
+    cfg = ONE_KV_HEAD
     path = build_model_engine(
         "odd-slots",
         cfg,

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from tests.support.tiny_models import TINY_GQA
+from tests.support.tiny_models import TINY_GQA, tiny_llama
 from trt_kv.builder import Routes
 from trt_kv.engine.file import sidecar_path
 from trt_kv.engine.store import (
@@ -15,7 +15,7 @@ from trt_kv.engine.store import (
     weights_digest,
 )
 from trt_kv.errors import ArgumentError
-from trt_kv.models.llama import LlamaConfig, random_weights
+from trt_kv.models.llama import random_weights
 
 
 def test_default_key_names_dtype_every_shape_and_k():
@@ -155,7 +155,7 @@ def test_an_engine_named_before_the_default_k_became_1_is_not_reused(built, tmp_
 
 def test_another_config_or_option_is_not_reused(built, tmp_path):
     out, options, engine = built
-    other = LlamaConfig(**{**dataclasses.asdict(TINY_GQA), "rms_norm_eps": 1e-3})
+    other = tiny_llama(rms_norm_eps=1e-3)
     assert other != TINY_GQA
     assert find(options, out, config=other) == (None, "config changed in ['rms_norm_eps']")
     assert find(BuildOptions(max_seq_len=17), out) == (None, "")  # another name: none found

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_user import ROOT, finish_terminal, user_env
+from tests.support.tiny_models import slow_to_build
 from trt_kv.builder import BuiltEngine
 from trt_kv.engine.file import load_engine_file, save_engine, sidecar_path
 from trt_kv.engine.store import build_doc_example
@@ -137,11 +138,11 @@ import os, sys
 from pathlib import Path
 from trt_kv import progress
 from trt_kv.engine.store import build_model_engine
-from trt_kv.models.llama import LlamaConfig, random_weights
+from trt_kv.models.llama import random_weights
+from tests.support.tiny_models import slow_to_build
 
 progress.set_enabled(True)  # the bar on stderr tells the test the build has started
-cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=16,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+cfg = slow_to_build(16)
 out = Path(sys.argv[1])
 try:
     build_model_engine("long", cfg, random_weights(cfg), out_dir=out, max_seq_len=256,
@@ -206,11 +207,9 @@ def _write_model(folder: Path, layers: int) -> Path:
     import numpy as np
     from safetensors.numpy import save_file
 
-    from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
+    from trt_kv.models.llama import random_weights, to_hf_tensors
 
-    cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, head_dim=32,
-                      num_hidden_layers=layers, num_attention_heads=4,
-                      num_key_value_heads=2)  # fmt: skip
+    cfg = slow_to_build(layers)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg.to_hf()))
     tensors = to_hf_tensors(random_weights(cfg, seed=3))

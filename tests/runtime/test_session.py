@@ -3,21 +3,14 @@
 import numpy as np
 import pytest
 
+from tests.support.tiny_models import TINY_GQA_V97
 from trt_kv.errors import CacheOverflowError, ShapeError, SlotError
-from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights
+from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.runtime import Sampler, Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-CFG = LlamaConfig(
-    vocab_size=97,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-)
+CFG = TINY_GQA_V97
 WEIGHTS = random_weights(CFG, seed=1, std=0.3)
 S_MAX = 24
 PROMPT, OTHER = [5, 17, 42, 8], [61, 3]

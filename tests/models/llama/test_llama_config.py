@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from tests.support.tiny_models import TINY_CHECKPOINT as TINY
+from tests.support.tiny_models import TINY_CHECKPOINT_TIED
+from tests.support.tiny_models import tiny_checkpoint_tensors as _tiny_tensors
 from trt_kv.errors import ArgumentError, ConfigError, ShapeError
 from trt_kv.models.llama import LlamaConfig, RopeScaling, load_hf_weights
 
@@ -83,48 +86,6 @@ LLAMA3_ROPE = {
 LLAMA3_SCALING = RopeScaling(
     factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
 )
-
-# A checkpoint small enough to write in a test: GQA (4 query heads, 2 KV heads), untied.
-TINY = LlamaConfig(
-    vocab_size=11,
-    hidden_size=8,
-    intermediate_size=12,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=2,
-    tie_word_embeddings=False,
-)
-# Hugging Face tensor name -> shape for TINY (V=11, D=8, F=12, q = 4 * 2, kv = 2 * 2).
-TINY_HF_SHAPES = {
-    "model.embed_tokens.weight": (11, 8),
-    "model.norm.weight": (8,),
-    "lm_head.weight": (11, 8),
-    **{
-        f"model.layers.{i}.{name}": shape
-        for i in range(2)
-        for name, shape in {
-            "input_layernorm.weight": (8,),
-            "self_attn.q_proj.weight": (8, 8),
-            "self_attn.k_proj.weight": (4, 8),
-            "self_attn.v_proj.weight": (4, 8),
-            "self_attn.o_proj.weight": (8, 8),
-            "post_attention_layernorm.weight": (8,),
-            "mlp.gate_proj.weight": (12, 8),
-            "mlp.up_proj.weight": (12, 8),
-            "mlp.down_proj.weight": (8, 12),
-        }.items()
-    },
-}
-
-
-def _tiny_tensors(seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        name: rng.standard_normal(shape).astype(np.float32)
-        for name, shape in TINY_HF_SHAPES.items()
-    }
-
 
 # LayerWeights field -> Hugging Face name inside ``model.layers.{i}.``
 LAYER_FIELDS = {
@@ -330,7 +291,7 @@ def test_load_hf_weights_tied_checkpoint_uses_the_embedding_as_head(tmp_path):
     t = _tiny_tensors()
     del t["lm_head.weight"]  # save_pretrained drops the tied head
     save_file(t, str(tmp_path / "model.safetensors"))
-    tied = LlamaConfig(**{**TINY.to_json(), "tie_word_embeddings": True})
+    tied = TINY_CHECKPOINT_TIED
     w = load_hf_weights(tmp_path, tied)
     assert w.lm_head is None
     np.testing.assert_array_equal(w.head, t["model.embed_tokens.weight"])

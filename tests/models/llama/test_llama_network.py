@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pytest
 
+from tests.support.tiny_models import SMALL_GQA
 from trt_kv import FEATURES, dtypes
 from trt_kv._trt import trt
 from trt_kv.builder import cache_aliases, create_network
@@ -34,17 +35,7 @@ from trt_kv.runtime import Session, generate
 from trt_kv.runtime.host_memory import available_host_bytes
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
-# GQA 6:2, untied head; query width 6 * 8 = 48 = D.
-SMALL = LlamaConfig(
-    vocab_size=97,
-    hidden_size=48,
-    intermediate_size=72,
-    num_hidden_layers=2,
-    num_attention_heads=6,
-    num_key_value_heads=2,
-    head_dim=8,
-    tie_word_embeddings=False,
-)
+SMALL = SMALL_GQA  # GQA 6:2, untied head; query width 6 * 8 = 48 = D
 WEIGHTS = random_weights(SMALL, seed=0, std=0.2)  # std 0.2: logits of order 1, not uniform
 S_MAX, MAX_BATCH, MAX_STEP = 32, 2, 8
 PROMPTS = [[5, 17, 3, 88, 42, 7, 9], [60, 1, 33]]  # the second is right-padded to 7

@@ -6,23 +6,16 @@ Every test here is marked ``gpu`` and skips with the reason where no CUDA device
 import numpy as np
 import pytest
 
+from tests.support.tiny_models import WIDE_GQA
 from trt_kv.engine.store import build_doc_example, build_model_engine
-from trt_kv.models.llama import LlamaConfig, random_weights
+from trt_kv.models.llama import random_weights
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.reference import kv_cache_update
 from trt_kv.runtime import Session, generate
 
 pytestmark = pytest.mark.gpu
 
-CFG = LlamaConfig(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-)
+CFG = WIDE_GQA
 WEIGHTS = random_weights(CFG, seed=1, std=0.3)
 PROMPTS = [[5, 17, 42, 8], [61, 3]]
 
