@@ -141,7 +141,7 @@ def test_tensors_transformers_drops_on_load_are_ignored():
     tied = TINY_CHECKPOINT_TIED
     t = _tiny_tensors()
     # a stored head equal to the embedding: the same model tied or not (a different one is
-    # refused: tests/test_tied_head.py)
+    # refused: tests/models/test_tied_head.py)
     t["lm_head.weight"] = t["model.embed_tokens.weight"].copy()
     t["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(1, np.float32)  # old saves
     w = llama_weights(t, tied)

@@ -43,7 +43,7 @@ def test_a_context_longer_than_a_step_is_prefilled_in_steps(tiny):
     r = json.loads(bench(tiny, "--context", "20", "--max-step-tokens", "8", "--json").stdout)
     (x,) = r["results"]
     # the backend was built for steps of 8 tokens: Session.prefill fed the 20 in steps
-    # (tests/test_session.py::test_step_longer_than_max_step_tokens_is_fed_in_chunks)
+    # (tests/runtime/test_session.py::test_step_longer_than_max_step_tokens_is_fed_in_chunks)
     assert (x["context"], x["max_step_tokens"]) == (20, 8) and x["prefill_ms"]["median"] > 0
 
 

@@ -4,7 +4,7 @@ during a step freed what the step was using. Each is now refused with Concurrent
 as a second thread on a session is; the step in flight finishes as if alone.
 
 A step is held in flight by the backend's own hooks, never by patching it: the ``embed``
-function of the ALiBi embeddings network (tests/test_decoder_embeddings.py), the
+function of the ALiBi embeddings network (tests/builder/test_decoder_embeddings.py), the
 ``forward`` of a reference backend."""
 
 import threading
