@@ -18,8 +18,14 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 
 import pytest
-from real_model import hf_saved_folder, hf_smollm2, hf_tokenizer, smollm2, smollm2_gguf
 
+from tests.support.real_model import (
+    hf_saved_folder,
+    hf_smollm2,
+    hf_tokenizer,
+    smollm2,
+    smollm2_gguf,
+)
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason, tensorrt_refusal
 
 REAL_GPU_REASON = gpu_unavailable_reason()  # None: a real GPU is usable

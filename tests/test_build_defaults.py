@@ -78,8 +78,7 @@ def test_cache_state_without_max_step_tokens_takes_the_default_step(s_max, expec
 
 @pytest.mark.parametrize(("s_max", "expected"), STEPS)
 def test_the_reference_backends_without_max_step_tokens_take_the_default_step(s_max, expected):
-    from tiny_models import TINY_GQA
-
+    from tests.support.tiny_models import TINY_GQA
     from trt_kv.models.gpt2 import GPT2ReferenceBackend
     from trt_kv.models.llama import random_weights
     from trt_kv.models.llama.reference_backend import ReferenceBackend
@@ -98,8 +97,7 @@ def test_builds_without_max_step_tokens_take_the_default_step(s_max, expected):
 
 
 def test_the_network_builders_without_max_step_tokens_take_the_default_step():
-    from tiny_models import TINY_GQA
-
+    from tests.support.tiny_models import TINY_GQA
     from trt_kv.models.gpt2 import build_gpt2_network
     from trt_kv.models.llama import build_llama_network, random_weights
 
@@ -112,8 +110,7 @@ def test_the_network_builders_without_max_step_tokens_take_the_default_step():
 def test_a_reference_session_prefills_a_prompt_past_128_in_chunks_with_the_same_logits():
     """The one change of issue 38: a reference backend without max_step_tokens used to take
     any step up to S_max; it now prefills 130 tokens as 128 + 2, as an engine would."""
-    from tiny_models import TINY_GQA
-
+    from tests.support.tiny_models import TINY_GQA
     from trt_kv.models.llama import random_weights
     from trt_kv.models.llama.reference_backend import ReferenceBackend
     from trt_kv.runtime import Session

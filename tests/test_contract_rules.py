@@ -179,8 +179,7 @@ def test_a_good_role_map_passes_every_check():
     ],
 )
 def test_the_network_builder_refuses_device_top_k_by_the_contracts_rule(k, message):
-    from tiny_models import TINY_GQA
-
+    from tests.support.tiny_models import TINY_GQA
     from trt_kv.models.layers.graph import check_device_top_k as builder_rule
 
     assert TINY_GQA.vocab_size == 64

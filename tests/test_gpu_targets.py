@@ -5,9 +5,9 @@ in the sidecar, and an honest backend choice, shown on an emulated H200 (compute
 import json
 
 import pytest
-from test_cli import tiny_model as tiny_model  # the fixture
-from test_emulator_trt import Log
 
+from tests.cli.test_cli import tiny_model as tiny_model  # the fixture
+from tests.emulator.test_emulator_trt import Log
 from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import build_engine
 from trt_kv.builder.doc_example import doc_example_network

@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 import pytest
-from tiny_models import TINY_GQA
 
+from tests.support.tiny_models import TINY_GQA
 from trt_kv import _trt
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.models.llama.reference_backend import ReferenceBackend

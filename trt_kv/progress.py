@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -90,9 +90,19 @@ class BuildBar:
     top-level phase's end shows ``N/N`` (TensorRT-RTX 1.7.1 completes only ``N - 1`` of its
     steps), drawn before the bar goes; a cancelled build's shows where it stopped instead:
     the count it reached and ``stopped in PHASE``, the phase open when TensorRT asked.
+
+    Two hooks, for tests that drive the bar without waiting: ``clock`` (seconds, any origin)
+    is what the elapsed time is read from (``None``: tqdm's own, ``time.time``), and
+    ``tick_seconds=None`` starts no ticker thread, so the caller draws with :meth:`tick`.
     """
 
-    def __init__(self, desc: str) -> None:
+    def __init__(
+        self,
+        desc: str,
+        *,
+        clock: Callable[[], float] | None = None,
+        tick_seconds: float | None = TICK_SECONDS,
+    ) -> None:
         self._lock = threading.Lock()
         self._top: str | None = None
         self._open: list[str] = []  # phases started and not finished, oldest first
@@ -100,14 +110,25 @@ class BuildBar:
         self._stopped_in: str | None = None  # the phase open when the cancel was seen
         self.cancelled = False
         self.bar = bar(None, desc, bar_format=BUILD_FORMAT)
+        if clock is not None:  # tqdm reads its time from the bar's ``_time`` (tqdm 4.x)
+            self.bar._time = clock
+            self.bar.start_t = self.bar.last_print_t = clock()
         self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="build-progress", daemon=True)
-        self._ticker.start()
+        self._ticker: threading.Thread | None = None
+        if tick_seconds is not None:
+            self._ticker = threading.Thread(
+                target=self._tick_every, args=(tick_seconds,), name="build-progress", daemon=True
+            )
+            self._ticker.start()
 
-    def _tick(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
-            with self._lock:
-                self._draw()
+    def _tick_every(self, seconds: float) -> None:
+        while not self._stop.wait(seconds):
+            self.tick()
+
+    def tick(self) -> None:
+        """Draw once, as the ticker thread does every ``tick_seconds``."""
+        with self._lock:
+            self._draw()
 
     def _draw(self) -> None:
         """Redraw (the lock held): counts, the current phase, the elapsed time."""
@@ -153,6 +174,7 @@ class BuildBar:
     def close(self) -> None:
         """Stop the ticker and remove the bar (after the build, however it ended)."""
         self._stop.set()
-        self._ticker.join()
+        if self._ticker is not None:
+            self._ticker.join()
         with self._lock:
             self.bar.close()

@@ -36,7 +36,7 @@ SUBCOMMANDS = {
 # ``make_parser(None).format_help()`` as argparse prints it on a terminal of HELP_COLUMNS
 # columns or more (nothing wraps there, so every wider terminal gets the same text), stored
 # so that ``trt-kv --help`` needs no argparse (~5 ms of its start-up).
-# tests/test_cli_help.py keeps it equal to argparse's output; after changing SUBCOMMANDS or
+# tests/cli/test_cli_help.py keeps it equal to argparse's output; after changing SUBCOMMANDS or
 # the top-level options, paste what that test prints.
 HELP = """\
 usage: trt-kv [-h] [--version] {build,generate,chat,demo,inspect,bench} ...

@@ -6,7 +6,7 @@ Installed in place of the TensorRT module's classes of the same names (``trt.Run
 what ``trt_kv`` and Polygraphy construct; ``isinstance(x, trt.ICudaEngine)`` is how
 Polygraphy's ``TrtRunner`` tells an engine from a context), so the code under test runs
 unchanged. Only what trt_kv and ``TrtRunner`` call is provided, each with the name and the
-signature of the installed TensorRT (checked by ``tests/test_emulator_conformance.py``).
+signature of the installed TensorRT (checked by ``tests/emulator/test_emulator_conformance.py``).
 
 Errors are reported as TensorRT reports them: a ``False``/``None`` return and a message on the
 runtime's logger (``ILogger.Severity.ERROR``), never an exception.

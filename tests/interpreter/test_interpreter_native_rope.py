@@ -1,0 +1,81 @@
+"""The native helper's RoPE (``native.rope``) against the reference's, bit for bit.
+
+A fast float32 plan runs a rotary embedding layer in the helper: one pass over the rows
+instead of NumPy's six, each product rounded and then their sum, as the reference's
+``ops.apply_rope`` computes it, so the bits are the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.interpreter.test_interpreter_half import require_compiled_helper
+from tests.support.interpreter_support import rand
+from trt_kv.errors import DTypeError, ShapeError
+from trt_kv.interpreter import native, transformer
+from trt_kv.reference import ops
+
+
+@pytest.fixture(autouse=True)
+def _compiled():
+    """Every test here needs the compiled helper, which must be built wherever it can be."""
+    require_compiled_helper()
+
+
+# (B, N, S, H, rotary dim, interleaved): SmolLM2's heads, a partial rotary dim (the rest
+# copied), halves not a multiple of 8 (the element-by-element tail), interleaved pairs
+CASES = [
+    (1, 9, 33, 64, None, False),
+    (2, 3, 5, 64, 32, False),
+    (2, 2, 4, 20, None, False),
+    (2, 3, 5, 10, 6, True),
+    (1, 4, 7, 64, None, True),
+]
+
+
+@pytest.mark.parametrize(("b", "n", "s", "h", "dim", "interleaved"), CASES)
+def test_rope_is_the_reference_bit_for_bit(b, n, s, h, dim, interleaved):
+    """Positions anywhere in the tables, negative ones counted from the end (as NumPy
+    indexes them); values over a wide range, so a fused multiply-add would show."""
+    x = rand(b, n, s, h, seed=1) * np.float32(1e3)
+    half = (dim or h) // 2
+    cos, sin = rand(40, half, seed=2), rand(40, half, seed=3)
+    positions = np.random.default_rng(4).integers(-40, 40, (b, s))
+    out = native.rope(x, cos, sin, positions, dim, interleaved)
+    expected = ops.apply_rope(x, cos, sin, positions, dim, interleaved)
+    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
+
+
+def test_strided_rows_are_read_as_their_values():
+    x = rand(1, 6, 8, 16, seed=5)
+    strided = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    cos, sin, positions = rand(8, 8, seed=6), rand(8, 8, seed=7), np.arange(8)[None]
+    np.testing.assert_array_equal(
+        native.rope(strided, cos, sin, positions), ops.apply_rope(x, cos, sin, positions)
+    )
+
+
+@pytest.mark.parametrize(
+    ("x", "tables", "positions", "error", "names"),
+    [
+        (rand(1, 2, 3, 8, dtype="float16"), (4, 4), [[0, 1, 2]], DTypeError, "x"),
+        (rand(1, 2, 3, 8), (4, 3), [[0, 1, 2]], ShapeError, "x, cos, sin"),
+        (rand(1, 2, 3, 8), (4, 4), [[0, 1]], ShapeError, "positions"),
+        (rand(1, 2, 3, 8), (4, 4), [[0, 1, 4]], ShapeError, "positions"),
+        (rand(1, 2, 3, 8), (4, 4), [[0, 1, -5]], ShapeError, "positions"),
+    ],
+    ids=["x float16", "table width", "positions shape", "past the table", "before it"],
+)
+def test_rope_refuses_other_dtypes_shapes_and_positions(x, tables, positions, error, names):
+    cos = sin = np.zeros(tables, np.float32)
+    with pytest.raises(error, match=f"^{names}: expected"):
+        native.rope(x, cos, sin, np.array(positions))
+
+
+def test_the_fast_plan_leaves_positions_past_the_table_to_the_reference():
+    """Out-of-range positions fail as the reference fails (NumPy's IndexError), not in C."""
+    x, cos = rand(1, 2, 3, 8), rand(4, 4)
+    assert transformer._native_rope_fits(x, cos, cos, np.array([[0, 1, 3]]))
+    assert not transformer._native_rope_fits(x, cos, cos, np.array([[0, 1, 4]]))
+    assert not transformer._native_rope_fits(x.astype(np.float64), cos, cos, np.array([[0]]))
