@@ -10,7 +10,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-from cli_user import ROOT, run_cli
+
+from tests.support.cli_user import ROOT, run_cli
 
 
 def doc_commands(doc: Path) -> list[list[str]]:

@@ -7,8 +7,8 @@ import hashlib
 import json
 
 import pytest
-from cli_user import run_cli, write_tiny_model
 
+from tests.support.cli_user import run_cli, write_tiny_model
 from trt_kv._trt import logger, trt
 from trt_kv.emulator import emulated_gpu
 from trt_kv.engine.recipes import recipe_rebuilder

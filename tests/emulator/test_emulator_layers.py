@@ -10,8 +10,8 @@ import sys
 
 import grimp
 import pytest
-from cli_user import user_env
 
+from tests.support.cli_user import user_env
 from trt_kv.emulator import emulated_gpu, hooks
 
 EMULATOR = "trt_kv.emulator"
