@@ -153,9 +153,12 @@ DEFAULT_SHAPES = ["--max-seq-len", "32", "--max-batch", "8", "--max-step-tokens"
 
 @pytest.fixture(scope="module")
 def default_engine_dir(tmp_path_factory):
-    """An engine folder holding the default model's engine for ``DEFAULT_SHAPES``."""
+    """An engine folder holding the default model's engines for ``DEFAULT_SHAPES``: float16,
+    and its GGUF's quantized weights kept as stored (``--weights keep``)."""
     out = tmp_path_factory.mktemp("default-engines")
-    assert main(["build", "--model", "default", "--out", str(out), *DEFAULT_SHAPES, "-q"]) == 0
+    build = ["build", "--model", "default", "--out", str(out), *DEFAULT_SHAPES, "-q"]
+    assert main(build) == 0
+    assert main([*build, "--weights", "keep"]) == 0
     return out
 
 
@@ -166,8 +169,9 @@ def default_engine_dir(tmp_path_factory):
         ["generate", "--backend", "tensorrt", "--cuda-graph", "--prompt-ids", "1,2"],
         ["chat", "--backend", "tensorrt", "--max-new-tokens", "1"],
         ["demo", "--prompt-ids", "1,2", "--max-new-tokens", "1"],
+        ["generate", "--backend", "tensorrt", "--weights", "keep", "--prompt-ids", "1,2"],
     ],
-    ids=["generate", "generate-cuda-graph", "chat", "demo"],
+    ids=["generate", "generate-cuda-graph", "chat", "demo", "generate-weights-keep"],
 )
 def test_emulated_gpu_reuses_the_default_models_engine_without_model(
     default_engine_dir, capsys, monkeypatch, argv
