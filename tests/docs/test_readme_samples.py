@@ -134,6 +134,26 @@ def test_every_marker_is_read():
         assert len(comments) == marked, path
 
 
+EXCERPT = re.compile(r"an excerpt of (\S+\.py)")
+
+
+def test_an_excerpt_is_its_files_lines_in_order():
+    """A block skipped as an excerpt of a file that runs elsewhere: every line but ``...`` is
+    one of that file's lines (indentation aside), in the file's order, so it cannot drift."""
+    excerpts = [(b, EXCERPT.search(b.skip)) for b in BLOCKS if b.skip]
+    excerpts = [(b, ROOT / m.group(1)) for b, m in excerpts if m]
+    assert excerpts, "no block is marked as an excerpt"
+    for block, path in excerpts:
+        lines = [line.strip() for line in path.read_text().splitlines()]
+        at = 0
+        for line in block.code.splitlines():
+            if line.strip() in ("", "..."):
+                continue
+            wanted = line.strip()
+            assert wanted in lines[at:], f"{block}: {wanted!r} not in {path} after line {at}"
+            at += lines[at:].index(wanted) + 1
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
 def test_the_code_block_runs(block, tmp_path, monkeypatch):
     if block.skip:
