@@ -37,7 +37,10 @@ class NoWorkBackend:
         self.vocab_size = config.vocab_size
         self.long_rope_after = None
         self.roles = DecoderRoles(
-            inputs={r: INPUT_ROLES[r].default_name for r in list(INPUT_ROLES)[:5]},
+            inputs={
+                r: INPUT_ROLES[r].default_name
+                for r in ("token_ids", "positions", "write_indices", "kv_lengths")
+            },
             logits="logits",
             caches=(),
             vocab_size=config.vocab_size,
