@@ -202,7 +202,7 @@ def test_an_engine_of_the_default_model_runs_emulated_without_model(
     """An engine file without --model: its sidecar names the default model, which the
     emulated GPU then rebuilds the network from. Before: "got no models given" (inspect:
     "layers: not shown")."""
-    (engine,) = default_engine_dir.glob("smollm2-135m-instruct-*.engine")
+    (engine,) = default_engine_dir.glob("smollm2-135m-instruct-*-float16-s32-b8-t4-k1.engine")
     capsys.readouterr()
     code = main([str(engine) if a == "ENGINE" else a for a in argv])
     out, err = capsys.readouterr()
