@@ -30,6 +30,7 @@ from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
     elementwise,
     linalg,
     quantize,
+    scatter,
     shapes,
     transformer,
 )

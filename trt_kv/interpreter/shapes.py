@@ -46,7 +46,9 @@ def fill(layer: object, ctx: Context) -> object:
     if layer.operation != trt.FillOperation.LINSPACE:
         raise ctx.unsupported(f"fill operation {layer.operation}")
     static_shape = None if input_or_none(layer, 0) is not None else tuple(layer.shape)
-    alpha, beta = layer.alpha, layer.beta
+    # read only where static: TensorRT warns on reading a start/delta given as an input
+    alpha = layer.alpha if input_or_none(layer, 1) is None else None
+    beta = layer.beta if input_or_none(layer, 2) is None else None
     integer = layer.to_type in (trt.int32, trt.int64)
     acc = np.int64 if integer else ctx.compute
 
@@ -241,7 +243,18 @@ def squeeze(layer: object, ctx: Context) -> object:
     if input_or_none(layer, 1) is None:
         static = tuple(i for i, d in enumerate(tuple(layer.get_input(0).shape)) if d == 1)
         return Kernel(lambda x: np.squeeze(x[0], axis=static), moves=True)
-    return Kernel(lambda x: np.squeeze(x[0], axis=_axes(x[1], rank)), moves=True)
+
+    def run(x: Inputs) -> Array:
+        try:
+            return np.squeeze(x[0], axis=_axes(x[1], rank))
+        except ValueError:  # an axis of size > 1 (TensorRT refuses it at run time too)
+            axes = _axes(x[1], rank)
+            dims = tuple(x[0].shape[a] for a in axes)
+            raise ShapeError(
+                mismatch(f"layer {ctx.label}: squeezed axes {axes}", "sizes 1", "", dims)
+            ) from None
+
+    return Kernel(run, moves=True)
 
 
 @handles_optional("squeeze_layers", "UNSQUEEZE", "IUnsqueezeLayer")
