@@ -121,6 +121,25 @@ def _sample(index: Array, size: int, mode: object) -> tuple[Array, Array | None]
     return np.clip(index, 0, max(size - 1, 0)), valid
 
 
+def _within(
+    start: tuple[int, ...], size: tuple[int, ...], stride: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[slice, ...] | None:
+    """The NumPy slices of a slice layer whose coordinates all lie inside ``shape`` (then no
+    SampleMode acts), or None. A view instead of fancy indexing: the shape subgraphs of an
+    ONNX network slice small vectors on every run, where fancy indexing was most of the cost."""
+    out = []
+    for first, n, step, dim in zip(start, size, stride, shape):
+        last = first + (n - 1) * step
+        if n == 0:
+            out.append(slice(0, 0))
+        elif step == 0 or not (0 <= first < dim and 0 <= last < dim):
+            return None
+        else:
+            stop = last + (1 if step > 0 else -1)
+            out.append(slice(first, stop if stop >= 0 else None, step))
+    return tuple(out) if len(out) == len(shape) and out else None
+
+
 @handles(trt.LayerType.SLICE, trt.ISliceLayer)
 def slice_(layer: object, ctx: Context) -> object:
     """``out[i] = in[start + i * stride]`` per axis; start/size/stride/fill/axes from the layer
@@ -150,6 +169,9 @@ def slice_(layer: object, ctx: Context) -> object:
             for k, axis in enumerate(axes):
                 full[axis % rank] = (start[k], size[k], stride[k])
             start, size, stride = zip(*full) if full else ((), (), ())
+        within = _within(start, size, stride, data.shape)
+        if within is not None:  # every mode reads the same elements: a basic slice (copied)
+            return data[within].copy()
         index, valid = [], None
         for axis in range(rank):
             raw = start[axis] + np.arange(size[axis], dtype=np.int64) * stride[axis]
