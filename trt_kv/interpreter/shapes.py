@@ -125,18 +125,24 @@ def _within(
     start: tuple[int, ...], size: tuple[int, ...], stride: tuple[int, ...], shape: tuple[int, ...]
 ) -> tuple[slice, ...] | None:
     """The NumPy slices of a slice layer whose coordinates all lie inside ``shape`` (then no
-    SampleMode acts), or None. A view instead of fancy indexing: the shape subgraphs of an
-    ONNX network slice small vectors on every run, where fancy indexing was most of the cost."""
+    SampleMode acts; a stride-0 axis, ONNX Expand's, reads one element: broadcast it), or None.
+    A view instead of fancy indexing: the shape subgraphs of an ONNX network slice small
+    vectors on every run, and Expand repeats a whole cache's KV heads (GQA), where fancy
+    indexing was most of the cost."""
     out = []
     for first, n, step, dim in zip(start, size, stride, shape):
         last = first + (n - 1) * step
         if n == 0:
             out.append(slice(0, 0))
-        elif step == 0 or not (0 <= first < dim and 0 <= last < dim):
+        elif not (0 <= first < dim and 0 <= last < dim):
             return None
         else:
             stop = last + (1 if step > 0 else -1)
-            out.append(slice(first, stop if stop >= 0 else None, step))
+            out.append(
+                slice(first, first + 1)
+                if step == 0
+                else slice(first, stop if stop >= 0 else None, step)
+            )
     return tuple(out) if len(out) == len(shape) and out else None
 
 
@@ -171,7 +177,8 @@ def slice_(layer: object, ctx: Context) -> object:
             start, size, stride = zip(*full) if full else ((), (), ())
         within = _within(start, size, stride, data.shape)
         if within is not None:  # every mode reads the same elements: a basic slice (copied)
-            return data[within].copy()
+            part = data[within]
+            return part.copy() if part.shape == tuple(size) else np.broadcast_to(part, size).copy()
         index, valid = [], None
         for axis in range(rank):
             raw = start[axis] + np.arange(size[axis], dtype=np.int64) * stride[axis]
