@@ -43,6 +43,16 @@ def test_a_setting_it_cannot_run_is_refused_naming_the_onnx_node():
         compile_network(parsed.network)
 
 
+def test_a_tensor_dtype_it_cannot_hold_is_refused_naming_the_onnx_node():
+    to_fp8 = helper.make_node("Cast", ["x"], ["c"], to=T.FLOAT8E4M3FN, name="/q/Cast")
+    back = helper.make_node("Cast", ["c"], ["y"], to=F, name="/q/Cast_1")
+    parsed = parse(graph([to_fp8, back], IMAGE, OUT, opset=23))
+    with pytest.raises(
+        UnsupportedLayerError, match=r"\(CAST, ONNX node '/q/Cast'\): unsupported tensor dtype"
+    ):
+        compile_network(parsed.network)
+
+
 def test_an_unnamed_node_is_named_as_the_parser_names_it():
     lrn = helper.make_node("LRN", ["x"], ["y"], size=3)  # no name: the parser says node_of_y
     parsed = parse(graph([lrn], IMAGE, OUT))
