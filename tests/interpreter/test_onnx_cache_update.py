@@ -121,3 +121,34 @@ def test_opset_23_attention_runs_as_onnxruntime_runs_it(mask):
     want = onnxruntime_outputs(data, feed)
     for fast in (True, False):
         assert_matches(parsed.run(feed, fast=fast), want)
+
+
+def test_attention_reads_the_cache_the_same_run_updated_as_onnxruntime_does():
+    """The rewritten decoder's shape: ``TensorScatter`` writes the step's keys, then
+    ``q @ cache^T``, keys past each sequence's length masked (``Where``), softmax, ``@ v``."""
+    nodes = [
+        helper.make_node("TensorScatter", ["cache", "update", "w"], ["k"], axis=-2),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),  # [B, N, S, S_max]
+        helper.make_node("Add", ["w", "s"], ["ends"]),  # each sequence's length after the step
+        helper.make_node("Unsqueeze", ["ends", "axes"], ["ends4"]),  # [B, 1, 1, 1]
+        helper.make_node("Less", ["slots", "ends4"], ["keep"]),  # [B, 1, 1, S_max]
+        helper.make_node("Where", ["keep", "scores", "ninf"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "k"], ["y"]),
+    ]
+    inits = {
+        "s": np.array(UPDATE.shape[2]),
+        "axes": np.array([1, 2, 3]),
+        "slots": np.arange(8).reshape(1, 1, 1, 8),
+        "ninf": np.float32(-np.inf),
+    }
+    ins = [*CACHE_IO, vi("w", T.INT64, [2]), vi("q", F, [2, 2, "s", 4])]
+    data = graph(nodes, ins, [vi("y", F)], inits, opset=24)
+    parsed = parse(data)
+    assert {"KV_CACHE_UPDATE", "SOFTMAX", "SELECT"} <= parsed.layer_types()
+    q = RNG.standard_normal(UPDATE.shape).astype(np.float32)
+    feed = {"cache": CACHE, "update": UPDATE, "w": WRITE, "q": q}
+    want = onnxruntime_outputs(data, feed)
+    for fast in (True, False):
+        assert_matches(parsed.run(feed, fast=fast), want)
