@@ -51,3 +51,5 @@ def default_step_tokens(max_seq_len: int) -> int:
 # sequences' decode steps (measured: docs/decisions.md, "the scheduler's prefill chunk")
 MAX_QUEUE = 64
 PREFILL_CHUNK = 128
+# trt-kv serve's drain: seconds the requests in flight get after SIGTERM or Ctrl-C
+DRAIN_TIMEOUT_S = 30.0

@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "demo": "build, then generate on the GPU or the CPU interpreter",
     "inspect": "show an engine's tensors, profiles, aliases and recipe",
     "bench": "time prefill and decode per batch and context length",
+    "serve": "OpenAI's HTTP API, batching requests continuously",
 }
 
 # ``make_parser(None).format_help()`` as argparse prints it on a terminal of HELP_COLUMNS

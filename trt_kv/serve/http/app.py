@@ -52,7 +52,7 @@ def create_app(
     ``<|id:N|>``). The app neither starts nor stops the loop."""
     app = FastAPI(title="trt_kv", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = ServerMetrics(loop.scheduler.stats)
-    loop.add_step_observer(metrics.on_step)
+    observe(loop, metrics.on_step)
     app.state.loop, app.state.metrics, app.state.model_name = loop, metrics, model_name
     install_error_handlers(app)
     app.add_middleware(CountRequests, metrics=metrics)
@@ -65,12 +65,16 @@ def create_app(
                 f"{request.model!r}", param="model", code="model_not_found",
             )  # fmt: skip
 
-    async def run(body: GenerationRequest, prompt: list[int], fmt: type[Format], kind: str) -> Response:
+    async def run(
+        body: GenerationRequest, prompt: list[int], fmt: type[Format], kind: str
+    ) -> Response:
         started = time.monotonic()
         params = sampling_params(body, len(prompt), loop.scheduler.max_seq_len)
         ticket = submit(loop, prompt, params)
         generation = Generation(loop, ticket, tokenizer, body.stop, metrics, started)
-        rendered = fmt(f"{kind}-{ticket.request_id}", model_name, tokenizer, body.top_count() is not None)
+        rendered = fmt(
+            f"{kind}-{ticket.request_id}", model_name, tokenizer, body.top_count() is not None
+        )
         if body.stream:
             events = sse(generation, rendered, body.include_usage())
             return ClosingStreamingResponse(events, media_type="text/event-stream")
@@ -104,6 +108,18 @@ def create_app(
         return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def observe(loop: EngineLoop, on_step: Callable[[object, float], None]) -> None:
+    """Add ``on_step`` to the loop's step observer (kept: another app may watch it too)."""
+    previous = loop.on_step
+
+    def both(stats: object, seconds: float) -> None:
+        if previous is not None:
+            previous(stats, seconds)
+        on_step(stats, seconds)
+
+    loop.on_step = both
 
 
 def bearer(api_key: str) -> Callable[[Request], None]:

@@ -80,7 +80,8 @@ def validation_error(exc: RequestValidationError) -> ApiError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer :class:`ApiError` and validation failures with OpenAI's error body."""
+    """Answer :class:`ApiError`, validation failures and any other exception (500) with
+    OpenAI's error body."""
 
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
@@ -88,5 +89,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return validation_error(exc).response()
 
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return server_error(f"{type(exc).__name__}: {exc}").response()
+
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(Exception, unexpected)

@@ -31,7 +31,9 @@ class Request(BaseModel):
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int, Field(ge=1)] | None = None
     seed: Annotated[int, Field(ge=0)] | None = None
-    stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = Field(
+        default=None, validate_default=True
+    )
     n: Annotated[int, Field(ge=1)] = 1
     repetition_penalty: Annotated[float, Field(ge=1e-3, le=1e3)] = 1.0
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0

@@ -18,7 +18,9 @@ def chat_prompt(request: ChatCompletionRequest, tokenizer: TextTokenizer | None)
     """The messages in the model's chat template, as ``trt-kv generate --chat`` renders them.
     Raises ApiError 400 (``messages``) for a model without tokenizer or template."""
     if tokenizer is None or not tokenizer.chat_template:
-        raise bad_request("messages", "messages: this model has no chat template; use /v1/completions")
+        raise bad_request(
+            "messages", "messages: this model has no chat template; use /v1/completions"
+        )
     messages = [{"role": m.role, "content": m.text()} for m in request.messages]
     try:
         return tokenizer.encode_chat(messages)
@@ -35,7 +37,9 @@ def completion_prompt(request: CompletionRequest, tokenizer: TextTokenizer | Non
         raise bad_request("prompt", "prompt: this model has no tokenizer; send token ids")
     ids = tokenizer.encode(request.prompt)
     if not ids:
-        raise bad_request("prompt", f"prompt: expected text with at least one token, got {request.prompt!r}")
+        raise bad_request(
+            "prompt", f"prompt: expected text with at least one token, got {request.prompt!r}"
+        )
     return ids
 
 
