@@ -269,9 +269,7 @@ class Scheduler:
         if request is self._prefilling:
             self._prefilling = None
             for s in request.slots:
-                self.slots.release(
-                    s, request.ticket.prompt[: request.fed] if s == request.slots[0] else []
-                )
+                self.slots.release(s, request.ticket.prompt[: request.fed] if s == request.slots[0] else [])
         for choice in request.choices:
             if not choice.finished:
                 self._free(choice, choice.history[:-1])
