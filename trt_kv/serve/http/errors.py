@@ -22,7 +22,7 @@ class ApiError(Exception):
         status: int,
         message: str,
         *,
-        type: str = "invalid_request_error",  # noqa: A002 (OpenAI's field name)
+        type: str = "invalid_request_error",  # OpenAI's field name
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
