@@ -13,11 +13,14 @@ from pathlib import Path
 
 from tests.support.cli_user import user_env, write_tiny_model, write_tiny_tokenizer
 
-# the tiny model on the interpreter, float32: S_max 64, 4 slots, steps of 8 tokens
-TINY_OPTIONS = (
-    "--backend", "interpreter", "--dtype", "float32", "--max-seq-len", "64",
-    "--max-batch", "4", "--max-step-tokens", "8", "--prefill-chunk", "8",
+# the tiny model on the interpreter, float32: S_max 1024 (a token takes ~5 ms: 1000 of them
+# keep a request running for seconds), 4 slots, steps of 8 tokens; what generate takes too
+TINY_MODEL_OPTIONS = (
+    "--backend", "interpreter", "--dtype", "float32", "--max-seq-len", "1024",
+    "--max-batch", "4", "--max-step-tokens", "8",
 )  # fmt: skip
+TINY_OPTIONS = (*TINY_MODEL_OPTIONS, "--prefill-chunk", "8")  # serve's
+TINY_S_MAX = 1024
 
 
 def write_tiny_served_model(folder: Path) -> Path:
