@@ -30,32 +30,40 @@ def write_tiny_served_model(folder: Path) -> Path:
 
 
 @contextmanager
-def app_server(options: list[str], api_key: str | None = None) -> Iterator[str]:
-    """``trt-kv serve OPTIONS``' app served on ``127.0.0.1:<free port>`` by a thread of
-    this process; yields the base URL (``http://127.0.0.1:PORT/v1``) and the app (as
-    ``url, app``); stops the server and the engine after."""
-    import uvicorn
-
+def app_server(options: list[str], api_key: str | None = None) -> Iterator[tuple[str, object]]:
+    """``trt-kv serve OPTIONS``' app served on ``127.0.0.1:<free port>`` by a thread of this
+    process; yields the base URL (``http://127.0.0.1:PORT/v1``) and the app; stops the
+    server and the engine after."""
     from trt_kv.cli.serve_engine import served_engine
     from trt_kv.serve.http.app import create_app
-    from trt_kv.serve.http.server import Server
 
     with served_engine(options) as engine:
         app = create_app(
             engine.loop, engine.tokenizer, model_name=engine.model_name, api_key=api_key
         )
-        bound: list[str] = []
-        ready = threading.Event()
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        server = Server(config, engine.loop, 5.0, lambda url: (bound.append(url), ready.set()))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        assert ready.wait(60), "the server did not start"
-        try:
-            yield f"{bound[0]}/v1", app
-        finally:
-            server.should_exit = True
-            thread.join(30)
+        with thread_server(app, engine.loop) as url:
+            yield url, app
+
+
+@contextmanager
+def thread_server(app: object, loop: object) -> Iterator[str]:
+    """``app`` served by uvicorn on a thread, on a free loopback port; yields its base URL."""
+    import uvicorn
+
+    from trt_kv.serve.http.server import Server
+
+    bound: list[str] = []
+    ready = threading.Event()
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = Server(config, loop, 5.0, lambda url: (bound.append(url), ready.set()))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert ready.wait(60), "the server did not start"
+    try:
+        yield f"{bound[0]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
 
 @contextmanager
