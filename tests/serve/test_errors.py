@@ -113,23 +113,26 @@ def test_a_full_queue_is_429_with_retry_after(tiny_dir):
     with app_server(["--model", str(tiny_dir), *options]) as (url, app):
         scheduler = app.state.loop.scheduler
         long = {"model": MODEL, "prompt": "w5", "max_tokens": 1000, "stream": True}
-        with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b:
-            with a.stream("POST", f"{url}/completions", json=long) as running:
-                lines = running.iter_lines()  # kept: a dropped iterator closes the response
-                next(lines)  # its first token: it holds the one slot
-                short = {"model": MODEL, "prompt": "w5", "max_tokens": 1}
-                waiting = threading.Thread(target=post, args=(url, "/completions", short))
-                waiting.start()
-                deadline = time.monotonic() + 30
-                while scheduler.stats().queue_length < 1 and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                answer = b.post(f"{url}/completions", json=long)
-                error = error_of(answer, 429)
-                assert answer.headers["retry-after"] == "1"
-                assert error["code"] == "queue_full"
-                with (
-                    openai.OpenAI(base_url=url, api_key="x", max_retries=0) as c,
-                    pytest.raises(openai.RateLimitError),
-                ):
-                    c.completions.create(model=MODEL, prompt="w5", max_tokens=1)
+        with (
+            httpx.Client(timeout=60) as a,
+            httpx.Client(timeout=60) as b,
+            a.stream("POST", f"{url}/completions", json=long) as running,
+        ):
+            lines = running.iter_lines()  # kept: a dropped iterator closes the response
+            next(lines)  # its first token: it holds the one slot
+            short = {"model": MODEL, "prompt": "w5", "max_tokens": 1}
+            waiting = threading.Thread(target=post, args=(url, "/completions", short))
+            waiting.start()
+            deadline = time.monotonic() + 30
+            while scheduler.stats().queue_length < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            answer = b.post(f"{url}/completions", json=long)
+            error = error_of(answer, 429)
+            assert answer.headers["retry-after"] == "1"
+            assert error["code"] == "queue_full"
+            with (
+                openai.OpenAI(base_url=url, api_key="x", max_retries=0) as c,
+                pytest.raises(openai.RateLimitError),
+            ):
+                c.completions.create(model=MODEL, prompt="w5", max_tokens=1)
         waiting.join(60)  # taken once the stream closed (its ticket cancelled)
