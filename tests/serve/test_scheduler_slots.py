@@ -2,7 +2,6 @@
 next step boundary, prefix reuse (a free slot's cached tokens spare their prefill), n
 choices from one prefill, one request's failure isolated from the others."""
 
-import numpy as np
 import pytest
 
 from tests.support.serve_sessions import (
