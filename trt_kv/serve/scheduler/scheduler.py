@@ -7,10 +7,11 @@ one; the head of the queue admitted when a prefill is not under way and ``n`` sl
 one decode step of every running sequence (one backend step over the window of their slots,
 :meth:`Session.step_slots`: idle slots between them take a pad token, nothing is copied);
 then at most one prefill chunk of ``prefill_chunk`` tokens of the admitted request, as a
-backend step of its own. Two steps, not one padded step: on the interpreter a padded step of
-1 x 128 + 7 x 1 tokens costs what 8 x 128 would (every row padded to the widest), far more
-than a 128-token chunk plus a decode step of 8 (docs/decisions.md, "the scheduler's prefill
-chunk"). A running stream so waits at most one chunk plus one decode step per token.
+backend step of its own. Two steps, not one padded step (a step's rows are padded to its
+widest): on the interpreter (scripts/bench_serve_steps.py, default model, float16) a padded
+step of 1 x 128 + 7 x 1 tokens took 2.6x a 128-token chunk plus a decode step of 8 (the issue
+measured 6.4x: 1460 ms against 191 + 39 ms; docs/decisions.md, "the server's scheduler"). A
+running stream so waits at most one chunk plus one decode step per token.
 
 Failures stay with their request: a prefill chunk that raises ends its request with
 ``finish_reason`` "error" and the message; a decode step that raises ends every request of
@@ -316,6 +317,13 @@ class Scheduler:
             cached_tokens=self._tokens["cached"],
             generated_tokens=self._tokens["generated"],
         )
+
+    def abort(self, err: Exception) -> None:
+        """End every request holding slots with "error" and ``err``'s message, resetting
+        their slots (what a step that raised past its own handlers leaves to do); the queue
+        and the scheduler go on."""
+        with self._stepping:
+            self._fail(self._live(), err)
 
     def close(self, reason: str = "cancelled") -> None:
         """End every queued and running request with a final event of ``reason``; later
