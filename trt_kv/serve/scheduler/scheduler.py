@@ -60,6 +60,17 @@ class _Request:
     choices: list[Choice] = field(default_factory=list)
 
 
+def _windows(slots: list[int], width: int) -> list[list[int]]:
+    """Ascending ``slots`` in groups spanning at most ``width`` slots each."""
+    groups: list[list[int]] = []
+    for s in slots:
+        if groups and s - groups[-1][0] < width:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
 class Scheduler:
     """Requests over ``session``'s slots (all of them: ``capacity`` = the session's). A
     choice stops at one of ``eos_ids`` (and its request's ``stop_token_ids``).
@@ -87,6 +98,10 @@ class Scheduler:
         chunk = check_int("prefill_chunk", prefill_chunk, 1)
         self.prefill_chunk = min(chunk, session.backend.max_step_tokens)
         self.slots = SlotTable(session.capacity)
+        # the widest window one step binds: an engine's batch (its roles' max_batch) where
+        # the session has more slots than that
+        roles = getattr(session.backend, "roles", None)
+        self.max_window = min(session.capacity, getattr(roles, "max_batch", session.capacity))
         self._waiting: deque[_Request] = deque()
         self._cancels: dict[str, str] = {}  # request id -> reason
         self._prefilling: _Request | None = None
@@ -219,18 +234,22 @@ class Scheduler:
             self._fail([request], err)
 
     def _decode(self) -> None:
-        self._occupancy = 0
-        if not self._running:
-            return
+        """One decode step of every running sequence: one backend step per window of at
+        most :attr:`max_window` slots (one window unless the engine's batch is narrower
+        than the session's slots)."""
         batch = dict(sorted(self._running.items()))
         self._occupancy = len(batch)
-        try:
-            logits = self.session.step_slots({s: [c.pending] for s, (_, c) in batch.items()})
-        except Exception as err:  # one shared step: every request in it fails
-            self._fail({id(r): r for r, _ in batch.values()}.values(), err)
-            return
-        for row, (request, choice) in zip(logits, batch.values()):
-            self._emit(request, choice, row)
+        for window in _windows(list(batch), self.max_window):
+            part = {s: batch[s] for s in window if not batch[s][1].finished}
+            if not part:  # (its requests failed in an earlier window)
+                continue
+            try:
+                logits = self.session.step_slots({s: [c.pending] for s, (_, c) in part.items()})
+            except Exception as err:  # one shared step: every request in it fails
+                self._fail({id(r): r for r, _ in part.values()}.values(), err)
+                continue
+            for row, (request, choice) in zip(logits, part.values()):
+                self._emit(request, choice, row)
 
     def _prefill_chunk(self) -> None:
         request = self._prefilling
@@ -264,8 +283,12 @@ class Scheduler:
         self._tokens.update(generated=1)
         if choice.finished:
             self._free(choice, choice.history[:-1])  # the last token was never fed
-            self._finished[event.finish_reason] += 1
+            self._count(event.finish_reason)
         request.ticket.put(event)
+
+    def _count(self, reason: str) -> None:
+        with self._inbox:
+            self._finished[reason] += 1
 
     def _free(self, choice: Choice, cached: list[int]) -> None:
         choice.finished = True
@@ -285,7 +308,7 @@ class Scheduler:
                 self._free(choice, choice.history[:-1])
         for i in range(request.ticket.n):
             if i not in request.ticket.finish_reasons:
-                self._finished[reason] += 1
+                self._count(reason)
                 request.ticket.put(TokenEvent(i, None, finish_reason=reason, error=error))
 
     def _fail(self, requests: Iterable[_Request], err: Exception) -> None:
@@ -301,8 +324,8 @@ class Scheduler:
 
     # -- queries and the end -----------------------------------------------------------
     def stats(self) -> SchedulerStats:
-        with self._inbox:
-            waiting = len(self._waiting)
+        with self._inbox:  # stats may be read on another thread than the steps'
+            waiting, finished = len(self._waiting), dict(self._finished)
         return SchedulerStats(
             queue_length=waiting,
             running=len(self._running),
@@ -312,7 +335,7 @@ class Scheduler:
             steps=self._steps,
             occupancy=self._occupancy,
             submitted=self._submitted,
-            finished=dict(self._finished),
+            finished=finished,
             prompt_tokens=self._tokens["prompt"],
             cached_tokens=self._tokens["cached"],
             generated_tokens=self._tokens["generated"],
