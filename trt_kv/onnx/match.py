@@ -12,7 +12,10 @@ import onnx_graphsurgeon as gs
 
 from trt_kv.errors import NetworkError, ShapeError, mismatch
 
-PASSTHROUGH = ("Identity", "Concat")  # one-input nodes an exporter leaves between a cache and its concat
+PASSTHROUGH = (
+    "Identity",
+    "Concat",
+)  # one-input nodes an exporter leaves between a cache and its concat
 _LAYER = re.compile(r"\.(\d+)\.")
 
 
@@ -94,7 +97,9 @@ def find_caches(graph: gs.Graph) -> list[GrowingCache]:
     for t in graph.inputs:
         if "past" in t.name and t.shape is not None and len(t.shape) == 4 and t.name not in paired:
             raise NetworkError(
-                mismatch(f"cache input {t.name}", "concatenated into an output on axis 2", "", "not")
+                mismatch(
+                    f"cache input {t.name}", "concatenated into an output on axis 2", "", "not"
+                )
             )
     for c in found:
         n, h = c.heads

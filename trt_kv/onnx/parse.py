@@ -12,10 +12,11 @@ from trt_kv.errors import UnsupportedLayerError, mismatch
 
 
 def parse_decoder(
-    onnx_file: Path, *, max_batch: int, max_step_tokens: int
+    model: bytes, folder: Path, *, max_batch: int, max_step_tokens: int
 ) -> DecoderNetwork:
-    """The network of ``onnx_file`` (a rewritten decoder, :func:`~trt_kv.onnx.rewrite.
-    rewrite_decoder`; its external data beside it), with the two decoder profiles
+    """The network of the serialized ONNX ``model`` (a rewritten decoder,
+    :func:`~trt_kv.onnx.rewrite.rewrite_decoder`; external data files in ``folder``), parsed
+    into a strongly typed network with the two decoder profiles
     (B <= ``max_batch``, S <= ``max_step_tokens``) and its checked roles.
 
     Raises:
@@ -27,10 +28,12 @@ def parse_decoder(
     """
     builder, network = create_network()
     parser = trt.OnnxParser(network, logger())
-    if not parser.parse_from_file(str(onnx_file)):
+    if not parser.parse(model, str(folder)):
         errors = [parser.get_error(i) for i in range(parser.num_errors)]
         first = errors[0] if errors else None
-        where = f"ONNX node {first.node_name()} ({first.node_operator()})" if first else "ONNX graph"
+        where = (
+            f"ONNX node {first.node_name()} ({first.node_operator()})" if first else "ONNX graph"
+        )
         desc = first.desc() if first else "no error reported"
         raise UnsupportedLayerError(
             mismatch(where, f"a node {trt.__name__} {trt.__version__}'s parser imports", "", desc)

@@ -209,15 +209,19 @@ def _mask_attention(
         inputs=[positions, gs.Constant("trt_kv.mask.axes", np.array([1, 3], np.int64))],
         outputs=[gs.Variable("trt_kv.mask.positions4", np.int64)],
     )[0]  # [B, 1, S, 1]
-    key_rows = gs.Constant("trt_kv.mask.rows", np.arange(s_max, dtype=np.int64).reshape(1, 1, 1, -1))
+    key_rows = gs.Constant(
+        "trt_kv.mask.rows", np.arange(s_max, dtype=np.int64).reshape(1, 1, 1, -1)
+    )
     seen = graph.layer(
         op="LessOrEqual",
         name="trt_kv.mask.seen",
         inputs=[key_rows, pos],
         outputs=[gs.Variable("trt_kv.mask.seen", np.bool_)],
     )[0]  # [B, 1, S, S_max]
-    zero, lowest = (gs.Constant(f"trt_kv.mask.{n}", np.array(v, dtype)) for n, v in
-                    (("zero", 0), ("lowest", np.finfo(dtype).min)))
+    zero, lowest = (
+        gs.Constant(f"trt_kv.mask.{n}", np.array(v, dtype))
+        for n, v in (("zero", 0), ("lowest", np.finfo(dtype).min))
+    )
     mask = graph.layer(
         op="Where",
         name="trt_kv.mask",
@@ -235,7 +239,9 @@ def _mask_attention(
         if before is None or before.op != "Add" or len(scores) != 1:
             got = f"{before.op} node {before.name}" if before is not None else "a graph input"
             raise NetworkError(
-                mismatch(f"Softmax node {node.name}", "an Add of scores and a mask before it", "", got)
+                mismatch(
+                    f"Softmax node {node.name}", "an Add of scores and a mask before it", "", got
+                )
             )
         before.inputs[1 - scores[0]] = mask
         masked += 1
