@@ -31,7 +31,13 @@ class FlatCache(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, position_ids, *past):  # noqa: ANN001, ANN201
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
         cache = DynamicCache(config=self.model.config)
         for i in range(len(past) // 2):
             cache.update(past[2 * i], past[2 * i + 1], i)
