@@ -58,9 +58,10 @@ class RewriteReport:
         return sorted({layer for *_, layer in self.caches if layer is not None})
 
     def summary(self) -> str:
-        """``"4 caches (layers 0-1) -> TensorScatter, S_max 64; 2 masks; removed [...]"``."""
+        """``"4 caches (layers 0, 1) -> TensorScatter, S_max 64; 2 attention masks from
+        position_ids; removed inputs ['attention_mask']"``."""
         layers = self.layers
-        span = f"layers {layers[0]}-{layers[-1]}" if layers else "layers unnamed"
+        span = f"layers {', '.join(map(str, layers))}" if layers else "layers unnamed"
         removed = f"; removed inputs {list(self.removed_inputs)}" if self.removed_inputs else ""
         return (
             f"{len(self.caches)} caches ({span}) -> {self.update_op}, S_max {self.max_seq_len};"
