@@ -113,3 +113,21 @@ def test_rewrite_report_names_every_cache_and_layer(exported):
     ]
     assert report.removed_inputs == ("attention_mask",)
     assert onnx.load(path)  # the source is left as it was
+
+
+@pytest.mark.gpu
+def test_emulated_tensorrt_ids_equal_onnxruntimes_in_one_batch(exported, tmp_path):
+    """The engine built in this process (the emulator runs it on its network's interpreter)."""
+    from trt_kv.engine.store import build_to_file
+    from trt_kv.runtime.gpu.trt_backend import TrtBackend
+
+    name, path, _, ort = exported
+    n = _decoder(path).decoder
+    engine = build_to_file(
+        n.builder, n.network, n.profiles, tmp_path / f"{name}.engine", {"model": name}, n.roles
+    ).path
+    backend = TrtBackend(engine)
+    try:
+        assert generate(Session(backend), PROMPTS, NEW_TOKENS).ids == ort
+    finally:
+        backend.close()

@@ -32,6 +32,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from trt_kv.errors import ArgumentError, NetworkError, check_int, mismatch
+from trt_kv.onnx.attention_op import decompose_attention
 from trt_kv.onnx.match import GrowingCache, find_caches
 
 UPDATE_OPS = ("TensorScatter", "TRT_KVCacheUpdate")
@@ -51,6 +52,7 @@ class RewriteReport:
     update_op: str
     max_seq_len: int
     removed_inputs: tuple[str, ...]
+    attention_nodes: int = 0  # opset-23 Attention nodes with a past, written out first
 
     @property
     def layers(self) -> list[int]:
@@ -63,6 +65,8 @@ class RewriteReport:
         layers = self.layers
         span = f"layers {', '.join(map(str, layers))}" if layers else "layers unnamed"
         removed = f"; removed inputs {list(self.removed_inputs)}" if self.removed_inputs else ""
+        if self.attention_nodes:
+            removed += f"; {self.attention_nodes} Attention nodes written out"
         return (
             f"{len(self.caches)} caches ({span}) -> {self.update_op}, S_max {self.max_seq_len};"
             f" {self.masked_softmaxes} attention masks from position_ids{removed}"
@@ -103,6 +107,7 @@ def rewrite_decoder(
     if update_op not in UPDATE_OPS:
         raise ArgumentError(mismatch("update_op", "one of", list(UPDATE_OPS), repr(update_op)))
     graph = gs.import_onnx(model)
+    attention_nodes = decompose_attention(graph)
     caches = find_caches(graph)
     inputs = {t.name: t for t in graph.inputs}
     for name in (TOKENS, POSITIONS):
@@ -124,6 +129,7 @@ def rewrite_decoder(
         update_op=update_op,
         max_seq_len=max_seq_len,
         removed_inputs=removed,
+        attention_nodes=attention_nodes,
     )
     out = gs.export_onnx(graph)
     _set_opsets(out, model, update_op)
