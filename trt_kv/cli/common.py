@@ -108,8 +108,10 @@ def load_cli_model(args: argparse.Namespace) -> Model:
     from trt_kv.models.architectures import architecture_of
     from trt_kv.models.loading import load_model
 
-    model = load_model(args.model, progress=not args.quiet, tokenizer=getattr(args, "tokenizer", None))
-    if getattr(model.config, "model_type", "") == "onnx":  # the graph fixes its dtype and logits [B, S, V]
+    tokenizer = getattr(args, "tokenizer", None)
+    model = load_model(args.model, progress=not args.quiet, tokenizer=tokenizer)
+    # an ONNX graph fixes its dtype and its logits [B, S, V]
+    if getattr(model.config, "model_type", "") == "onnx":
         args.dtype = args.dtype or model.config.dtype
         args.all_logits = True
     if isinstance(getattr(args, "max_seq_len", None), DefaultSize):

@@ -83,7 +83,8 @@ def load_onnx_checkpoint(path: Path, tokenizer: Path | None = None) -> Checkpoin
     """
     path = Path(path)
     if not path.is_file():
-        raise ArgumentError(mismatch("--model", "an ONNX file", "", f"{str(path)!r} (no such file)"))
+        got = f"{str(path)!r} (no such file)"
+        raise ArgumentError(mismatch("--model", "an ONNX file", "", got))
     folder = path.parent if tokenizer is None else Path(tokenizer)
     has = (folder / "tokenizer.json").is_file()
     if tokenizer is not None and not has:
