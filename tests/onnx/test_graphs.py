@@ -142,3 +142,25 @@ def test_an_op_the_interpreter_lacks_is_refused_naming_the_onnx_node(tmp_path):
     d = _load(_saved(_with_node("Einsum", equation="bsv->bsv"), tmp_path))
     with pytest.raises(UnsupportedLayerError, match="odd_op"):
         InterpreterBackend(d.decoder)
+
+
+def test_the_installed_parser_takes_tensor_scatter():
+    """TensorRT-RTX 1.7.1 (and TensorRT >= 11.0) import ONNX's TensorScatter: preferred."""
+    from trt_kv.onnx.parse import parser_update_op
+
+    assert parser_update_op() == "TensorScatter"
+
+
+def test_trt_kv_cache_update_rewrite_gives_the_same_ids(tmp_path):
+    """The rewrite for a parser without TensorScatter: TensorRT's own TRT_KVCacheUpdate."""
+    from trt_kv.onnx.parse import parse_decoder
+    from trt_kv.onnx.rewrite import rewrite_decoder
+
+    path = _saved(toy_decoder(), tmp_path)
+    model, report = rewrite_decoder(onnx.load(path), 64, "TRT_KVCacheUpdate")
+    assert report.update_op == "TRT_KVCacheUpdate"
+    assert {n.op_type for n in model.graph.node} >= {"TRT_KVCacheUpdate"}
+    assert "TensorScatter" not in {n.op_type for n in model.graph.node}
+    net = parse_decoder(model.SerializeToString(), tmp_path, max_batch=3, max_step_tokens=8)
+    got = generate(Session(InterpreterBackend(net)), PROMPTS, NEW_TOKENS).ids
+    assert got == [ort_greedy(path, p, NEW_TOKENS) for p in PROMPTS]

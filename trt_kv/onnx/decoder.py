@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 
 from trt_kv.builder.contract import DecoderNetwork
-from trt_kv.onnx.parse import parse_decoder
+from trt_kv.onnx.parse import parse_decoder, parser_update_op
 from trt_kv.onnx.reader import read_onnx
 from trt_kv.onnx.rewrite import RewriteReport, rewrite_decoder, rewritten_report
 
@@ -49,14 +49,15 @@ class OnnxDecoder:
 
 
 def rewritten_model(path: Path, max_seq_len: int) -> tuple[onnx.ModelProto, RewriteReport]:
-    """The ONNX file ``path`` rewritten with caches of ``max_seq_len`` rows, or as it is when
-    it is a rewritten file already (its own S_max then). Raises as :func:`read_onnx` and
-    :func:`~trt_kv.onnx.rewrite.rewrite_decoder`."""
+    """The ONNX file ``path`` rewritten with caches of ``max_seq_len`` rows and the update op
+    the installed parser imports (:func:`~trt_kv.onnx.parse.parser_update_op`), or as it is
+    when it is a rewritten file already (its own S_max then). Raises as :func:`read_onnx`,
+    ``parser_update_op`` and :func:`~trt_kv.onnx.rewrite.rewrite_decoder`."""
     model = read_onnx(path)
     report = rewritten_report(model)
     if report is not None:
         return model, report
-    return rewrite_decoder(model, max_seq_len)
+    return rewrite_decoder(model, max_seq_len, parser_update_op())
 
 
 def load_onnx_decoder(

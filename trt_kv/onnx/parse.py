@@ -3,12 +3,61 @@ with its decoder roles: what the interpreter runs and the engine store builds.""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from trt_kv._trt import logger, trt
 from trt_kv.builder.contract import DecoderNetwork, decoder_profiles, decoder_roles
 from trt_kv.builder.engine import create_network
 from trt_kv.errors import UnsupportedLayerError, mismatch
+
+UPDATE_OPS = ("TensorScatter", "TRT_KVCacheUpdate")  # in the order trt_kv prefers them
+
+
+def _update_probe(op: str) -> bytes:
+    """A one-node graph: ``op`` writing ``[1, 1, 2, 1]`` into a cache ``[1, 1, 4, 1]``."""
+    from onnx import TensorProto, helper
+
+    rows = TensorProto.INT64 if op == "TensorScatter" else TensorProto.INT32
+    attrs = {"axis": -2, "mode": "linear"}
+    if op == "TRT_KVCacheUpdate":
+        attrs["update_form"] = "padded_bhnd"
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node(op, ["cache", "update", "rows"], ["out"], **attrs)],
+        "probe",
+        [
+            value("cache", TensorProto.FLOAT, [1, 1, 4, 1]),
+            value("update", TensorProto.FLOAT, [1, 1, 2, 1]),
+            value("rows", rows, [1]),
+        ],
+        [value("out", TensorProto.FLOAT, [1, 1, 4, 1])],
+    )
+    opset = [helper.make_opsetid("", 24)]
+    return helper.make_model(graph, opset_imports=opset, ir_version=10).SerializeToString()
+
+
+@cache
+def parser_update_op() -> str:
+    """The cache-update op the installed TensorRT's parser imports, the first of
+    :data:`UPDATE_OPS`: ``TensorScatter`` (TensorRT >= 11.0 and TensorRT-RTX 1.7.1 both take
+    it), else ``TRT_KVCacheUpdate``.
+
+    Raises:
+        UnsupportedLayerError: a parser that imports neither (TensorRT 10.x before 11.0).
+    """
+    for op in UPDATE_OPS:
+        _, network = create_network()
+        if trt.OnnxParser(network, logger()).parse(_update_probe(op)):
+            return op
+    raise UnsupportedLayerError(
+        mismatch(
+            f"{trt.__name__} {trt.__version__}'s ONNX parser",
+            "one of the cache updates",
+            " or ".join(UPDATE_OPS),
+            "neither (TensorRT >= 11.0 or TensorRT-RTX imports them)",
+        )
+    )
 
 
 def parse_decoder(

@@ -35,7 +35,7 @@ from trt_kv.errors import ArgumentError, NetworkError, check_int, mismatch
 from trt_kv.onnx.attention_op import decompose_attention
 from trt_kv.onnx.match import GrowingCache, find_caches
 
-UPDATE_OPS = ("TensorScatter", "TRT_KVCacheUpdate")
+UPDATE_OPS = ("TensorScatter", "TRT_KVCacheUpdate")  # ONNX's (opset 24), TensorRT's own
 SCATTER_OPSET = 24  # TensorScatter's first opset
 METADATA_KEY = "trt_kv.rewrite"  # the report, in the rewritten model's metadata_props
 TOKENS, POSITIONS, WRITE_INDICES = "input_ids", "position_ids", "write_indices"
