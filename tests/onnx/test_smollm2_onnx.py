@@ -17,18 +17,16 @@ PROMPTS = [PLAIN_PROMPT_IDS, CHAT_PROMPT_IDS, [1, 9690, 198]]  # 5, 40 and 3 tok
 
 
 @pytest.fixture(scope="module")
-def exported(smollm2_gguf, tmp_path_factory):
-    """(the .onnx path, transformers' greedy ids, onnxruntime's on the export)."""
-    import torch
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_gguf.parent,
-        gguf_file=smollm2_gguf.name,
-        dtype=torch.float32,
-        attn_implementation="eager",
-    ).eval()
-    path = export(model, tmp_path_factory.mktemp("smollm2_onnx") / "smollm2.onnx")
+def exported(hf_smollm2, tmp_path_factory):
+    """(the .onnx path, transformers' greedy ids, onnxruntime's on the export). The shared
+    model is exported with the eager attention (the rewrite reads its matmul, mask, softmax),
+    then given back its own."""
+    model, own = hf_smollm2, hf_smollm2.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        path = export(model, tmp_path_factory.mktemp("smollm2_onnx") / "smollm2.onnx")
+    finally:
+        model.set_attn_implementation(own)
     hf = greedy_ids(model, PROMPTS, NEW_TOKENS)
     return path, hf, [ort_greedy(path, p, NEW_TOKENS) for p in PROMPTS]
 
