@@ -1,4 +1,4 @@
-"""Hand-written ONNX decoders (tests/support/onnx_graphs.py): a Concat + Softmax layer and an
+"""Hand-written ONNX decoders (tests.support.onnx_toy_decoders.py): a Concat + Softmax layer and an
 opset-23 ``Attention`` node with ``past_key`` / ``past_value`` (which TensorRT's parser
 refuses as it is), rewritten and run by trt_kv with onnxruntime's ids on the original graph;
 and every refusal, each a named TrtKvError, with nothing written by ``trt-kv build``."""
@@ -10,7 +10,7 @@ import pytest
 from onnx import helper as h
 
 from tests.support.cli_user import run_cli
-from tests.support.onnx_graphs import toy_decoder
+from tests.support.onnx_toy_decoders import toy_decoder
 from tests.support.onnx_models import NEW_TOKENS, ort_greedy
 from trt_kv.errors import NetworkError, ShapeError, UnsupportedLayerError
 from trt_kv.onnx.decoder import load_onnx_decoder
