@@ -62,22 +62,21 @@ def test_feed_dynamic_dim_takes_any_size():
     np.testing.assert_array_equal(_doubling_net().run({"x": x})["out"], 2 * x)
 
 
-def _cumulative_net() -> Net:
-    """A running sum along axis 1: a layer TensorRT builds and the interpreter has no
-    handler for (TopK was that example until the interpreter learnt it)."""
+def _pooling_net() -> Net:
+    """A 2x2 max pooling: a layer TensorRT builds and the interpreter has no handler for
+    (TopK, then CUMULATIVE, were that example until the interpreter learnt them)."""
     net = Net()
-    x = net.input("x", "float32", (2, 8))
-    axis = net.network.add_constant((), trt.Weights(np.array(1, dtype=np.int32))).get_output(0)
-    layer = net.network.add_cumulative(x, axis, trt.CumulativeOperation.SUM, False, False)
-    layer.name = "running_sum"
+    x = net.input("x", "float32", (1, 1, 4, 4))
+    layer = net.network.add_pooling_nd(x, trt.PoolingType.MAX, (2, 2))
+    layer.name = "pool"
     net.mark(layer.get_output(0), "values")
     return net
 
 
 def test_unsupported_layer_type_names_layer_and_type():
-    net = _cumulative_net()
-    net.build({})  # TensorRT accepts it; the interpreter does not execute CUMULATIVE
-    with pytest.raises(UnsupportedLayerError, match=r"'running_sum' \(CUMULATIVE\)"):
+    net = _pooling_net()
+    net.build({})  # TensorRT accepts it; the interpreter does not execute POOLING
+    with pytest.raises(UnsupportedLayerError, match=r"'pool' \(POOLING\)"):
         compile_network(net.network)
 
 
@@ -91,11 +90,11 @@ def test_unsupported_setting_names_layer_and_setting():
 
 
 def test_layers_no_output_needs_are_skipped():
-    net = _cumulative_net()
+    net = _pooling_net()
     net.network.unmark_output(net.network.get_output(0))
     x = net.network.get_input(0)
     net.mark(net.network.add_unary(x, trt.UnaryOperation.ABS).get_output(0))
-    x_value = rand(2, 8)
+    x_value = rand(1, 1, 4, 4)
     np.testing.assert_array_equal(net.run({"x": x_value})["out"], np.abs(x_value))
 
 

@@ -16,9 +16,18 @@ Semantics
     as a float32 array of float16 values, read without widening, same results); a write
     past ``S_max`` raises CacheOverflowError before anything is written (TensorRT would skip
     it silently). Layer types or settings the interpreter does not execute raise
-    UnsupportedLayerError at compile time, naming the layer and its type. Where TensorRT's
+    UnsupportedLayerError at compile time, naming the layer and its type, and for a network
+    TensorRT's ONNX parser made, the ONNX node (from the layer's metadata). Where TensorRT's
     documentation leaves a meaning open, the chosen reading is noted in the handler and
     listed in docs/gpu-results.md.
+
+ONNX networks
+    The layers TensorRT's ``OnnxParser`` emits for decoders exported by torch run too: shape
+    arithmetic on int64 tensors at run time (SHAPE, GATHER, CONCATENATION, a SHUFFLE's
+    reshape from input 1, FILL with dynamic start and delta, SLICE with dynamic bounds and
+    sample modes), SELECT, CAST, bool/int ELEMENTWISE and UNARY, SCATTER, CUMULATIVE,
+    ONE_HOT, EINSUM, TopK with k as a tensor, IAttention and the KV-cache update of
+    ``TensorScatter``; tests/interpreter/test_onnx_*.py compare them with onnxruntime.
 
 Numerics and tolerance policy
     Floats are computed in float32 (``precision="float64"``: float64) and every layer output is

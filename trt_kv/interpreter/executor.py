@@ -30,6 +30,7 @@ from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
     elementwise,
     linalg,
     quantize,
+    scatter,
     shapes,
     transformer,
 )
@@ -40,7 +41,7 @@ from trt_kv.interpreter.layout import (
     keep_float16_weights,
 )
 from trt_kv.interpreter.program import SlotProgram, Step, identity, with_frees
-from trt_kv.interpreter.registry import compile_layer, is_float, type_name
+from trt_kv.interpreter.registry import compile_layer, is_float, onnx_node, type_name
 
 Precision = Literal["float32", "float64"]
 _PRECISIONS = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
@@ -186,7 +187,8 @@ class Plan:
         )
 
     def _compile(self, layer: object, compute: np.dtype) -> Step:
-        kind = type_name(layer)
+        node = onnx_node(layer)  # a dtype refusal names the ONNX node too, as compile_layer's
+        kind = type_name(layer) + ("" if node is None else f", ONNX node {node!r}")
         kernel = compile_layer(layer, compute, self.fast)
         inputs = []
         float_inputs = set()  # declared dtypes of the float inputs

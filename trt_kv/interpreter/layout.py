@@ -61,7 +61,8 @@ def fold_constants(
             value = finish(value)
             if declared[name] == _F16 and compute == _F32:
                 value = value.astype(_F16)
-            values[name] = _read_only(np.ascontiguousarray(value))
+            # ascontiguousarray makes a 0-d value 1-d: keep the shape (an ONNX scalar)
+            values[name] = _read_only(np.ascontiguousarray(value).reshape(np.shape(value)))
             kernel = replace(k, fn=lambda x, v=values[name]: v, rounded=True)
             done.append(replace(step, kernel=kernel, inputs=(), outputs=((name, identity),)))
         out.extend(done)

@@ -21,6 +21,7 @@ from trt_kv.interpreter.registry import (
     Kernel,
     axes_of,
     handles,
+    input_or_none,
     rank_of,
 )
 
@@ -91,19 +92,20 @@ def reduce(layer: object, ctx: Context) -> object:
 def top_k(layer: object, ctx: Context) -> object:
     """The ``k`` largest (MAX) or smallest (MIN) values along the one axis of the bitmask,
     best first, and their indices (int32). Ties go to the lowest index, as NumPy's
-    ``argmax`` (TensorRT does not document an order among equal values). Only a static k.
+    ``argmax`` (TensorRT does not document an order among equal values). k is the layer's,
+    or input 1 (a 0-d int tensor: ONNX TopK's K).
     A NaN (logits that are already wrong) comes first for k = 1 (``argmax``) and last for
     k > 1 (``argsort``): TensorRT documents neither."""
     axes = axes_of(layer.axes, rank_of(layer.get_input(0)))
     if len(axes) != 1:
         raise ctx.unsupported(f"top-k axes bitmask {layer.axes} (expected one axis)")
-    if layer.num_inputs > 1 and layer.get_input(1) is not None:
-        raise ctx.unsupported("a k given as a tensor")
     largest = ctx.pick({trt.TopKOperation.MAX: True, trt.TopKOperation.MIN: False}, layer.op, "op")
-    axis, k = axes[0], layer.k
+    static_k = None if input_or_none(layer, 1) is not None else layer.k
+    axis = axes[0]
 
     def run(x: Inputs) -> tuple[Array, Array]:
         a = x[0]
+        k = static_k if static_k is not None else int(np.asarray(x[1]).reshape(()))
         if k == 1:  # argmax / argmin: the first of equal values
             ids = (np.argmax if largest else np.argmin)(a, axis=axis, keepdims=True)
         else:  # a stable sort keeps equal values in index order
@@ -145,3 +147,11 @@ def normalization(layer: object, ctx: Context) -> object:
         return centered / np.sqrt(var + eps) * scale + bias
 
     return run
+
+
+@handles(trt.LayerType.EINSUM, trt.IEinsumLayer)
+def einsum(layer: object, ctx: Context) -> object:
+    """``np.einsum(equation, *inputs)``: TensorRT's equations (lower-case letters, ``->``,
+    no ellipsis) are NumPy's."""
+    equation = layer.equation
+    return lambda x: np.einsum(equation, *x)

@@ -56,12 +56,17 @@ class Context:
     layer_name: str
     layer_type: str
     fast: bool = True  # False: the plain kernels, the yardstick of the fast paths
+    onnx_node: str | None = None  # the ONNX node TensorRT's ONNX parser made the layer for
+
+    @property
+    def label(self) -> str:
+        """``'name' (TYPE)``, with ``, ONNX node '...'`` for a layer of a parsed ONNX graph."""
+        node = "" if self.onnx_node is None else f", ONNX node {self.onnx_node!r}"
+        return f"{self.layer_name!r} ({self.layer_type}{node})"
 
     def unsupported(self, setting: str) -> UnsupportedLayerError:
         """The error for a layer setting the interpreter does not execute."""
-        return UnsupportedLayerError(
-            f"layer {self.layer_name!r} ({self.layer_type}): unsupported setting: {setting}"
-        )
+        return UnsupportedLayerError(f"layer {self.label}: unsupported setting: {setting}")
 
     def pick(self, table: Mapping[object, T], key: object, what: str) -> T:
         """``table[key]``, or the unsupported-setting error naming ``what`` and ``key``."""
@@ -103,6 +108,20 @@ def handles_optional(
     return handles(getattr(_trt.trt.LayerType, layer_type), getattr(_trt.trt, layer_class))
 
 
+_ONNX_PREFIX, _ONNX_SUFFIX = "[ONNX Layer: ", "]"
+
+
+def onnx_node(layer: object) -> str | None:
+    """The ONNX node a layer was parsed from: TensorRT's ONNX parser writes
+    ``[ONNX Layer: <node name>]`` into the layer's ``metadata`` (an unnamed node is named
+    ``node_of_<first output>``). None for a layer without it (built by hand, or a helper
+    layer the parser added: its name starts with ``ONNXTRT_`` or reads ``(Unnamed Layer*``)."""
+    meta = getattr(layer, "metadata", "") or ""
+    if meta.startswith(_ONNX_PREFIX) and meta.endswith(_ONNX_SUFFIX):
+        return meta[len(_ONNX_PREFIX) : -len(_ONNX_SUFFIX)]
+    return None
+
+
 def type_name(layer: object) -> str:
     """``"SHUFFLE"`` for a shuffle layer: the ``LayerType`` member name."""
     return str(layer.type).rsplit(".", 1)[-1]
@@ -116,12 +135,11 @@ def compile_layer(layer: object, compute: np.dtype, fast: bool = True) -> Kernel
         UnsupportedLayerError: no handler for the layer type, or a setting the handler refuses.
         NetworkError: TensorRT itself cannot infer the layer's output (an invalid network).
     """
-    ctx = Context(np.dtype(compute), layer.name, type_name(layer), fast)
+    ctx = Context(np.dtype(compute), layer.name, type_name(layer), fast, onnx_node(layer))
     entry = _HANDLERS.get(layer.type)
     if entry is None:
         raise UnsupportedLayerError(
-            f"layer {ctx.layer_name!r} ({ctx.layer_type}): layer type not supported by the "
-            f"interpreter"
+            f"layer {ctx.label}: layer type not supported by the interpreter"
         )
     layer_class, fn = entry
     if layer_class is not None:
@@ -132,8 +150,7 @@ def compile_layer(layer: object, compute: np.dtype, fast: bool = True) -> Kernel
         raise
     except RuntimeError as err:  # e.g. "Could not get tensor shape": TensorRT rejects the layer
         raise NetworkError(
-            f"layer {ctx.layer_name!r} ({ctx.layer_type}): TensorRT cannot describe it ({err}); "
-            f"see the TensorRT log"
+            f"layer {ctx.label}: TensorRT cannot describe it ({err}); see the TensorRT log"
         ) from err
     return kernel if isinstance(kernel, Kernel) else Kernel(kernel)
 

@@ -46,7 +46,9 @@ def fill(layer: object, ctx: Context) -> object:
     if layer.operation != trt.FillOperation.LINSPACE:
         raise ctx.unsupported(f"fill operation {layer.operation}")
     static_shape = None if input_or_none(layer, 0) is not None else tuple(layer.shape)
-    alpha, beta = layer.alpha, layer.beta
+    # read only where static: TensorRT warns on reading a start/delta given as an input
+    alpha = layer.alpha if input_or_none(layer, 1) is None else None
+    beta = layer.beta if input_or_none(layer, 2) is None else None
     integer = layer.to_type in (trt.int32, trt.int64)
     acc = np.int64 if integer else ctx.compute
 
@@ -119,6 +121,31 @@ def _sample(index: Array, size: int, mode: object) -> tuple[Array, Array | None]
     return np.clip(index, 0, max(size - 1, 0)), valid
 
 
+def _within(
+    start: tuple[int, ...], size: tuple[int, ...], stride: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[slice, ...] | None:
+    """The NumPy slices of a slice layer whose coordinates all lie inside ``shape`` (then no
+    SampleMode acts; a stride-0 axis, ONNX Expand's, reads one element: broadcast it), or None.
+    A view instead of fancy indexing: the shape subgraphs of an ONNX network slice small
+    vectors on every run, and Expand repeats a whole cache's KV heads (GQA), where fancy
+    indexing was most of the cost."""
+    out = []
+    for first, n, step, dim in zip(start, size, stride, shape):
+        last = first + (n - 1) * step
+        if n == 0:
+            out.append(slice(0, 0))
+        elif not (0 <= first < dim and 0 <= last < dim):
+            return None
+        else:
+            stop = last + (1 if step > 0 else -1)
+            out.append(
+                slice(first, first + 1)
+                if step == 0
+                else slice(first, stop if stop >= 0 else None, step)
+            )
+    return tuple(out) if len(out) == len(shape) and out else None
+
+
 @handles(trt.LayerType.SLICE, trt.ISliceLayer)
 def slice_(layer: object, ctx: Context) -> object:
     """``out[i] = in[start + i * stride]`` per axis; start/size/stride/fill/axes from the layer
@@ -148,6 +175,10 @@ def slice_(layer: object, ctx: Context) -> object:
             for k, axis in enumerate(axes):
                 full[axis % rank] = (start[k], size[k], stride[k])
             start, size, stride = zip(*full) if full else ((), (), ())
+        within = _within(start, size, stride, data.shape)
+        if within is not None:  # every mode reads the same elements: a basic slice (copied)
+            part = data[within]
+            return part.copy() if part.shape == tuple(size) else np.broadcast_to(part, size).copy()
         index, valid = [], None
         for axis in range(rank):
             raw = start[axis] + np.arange(size[axis], dtype=np.int64) * stride[axis]
@@ -241,7 +272,18 @@ def squeeze(layer: object, ctx: Context) -> object:
     if input_or_none(layer, 1) is None:
         static = tuple(i for i, d in enumerate(tuple(layer.get_input(0).shape)) if d == 1)
         return Kernel(lambda x: np.squeeze(x[0], axis=static), moves=True)
-    return Kernel(lambda x: np.squeeze(x[0], axis=_axes(x[1], rank)), moves=True)
+
+    def run(x: Inputs) -> Array:
+        try:
+            return np.squeeze(x[0], axis=_axes(x[1], rank))
+        except ValueError:  # an axis of size > 1 (TensorRT refuses it at run time too)
+            axes = _axes(x[1], rank)
+            dims = tuple(x[0].shape[a] for a in axes)
+            raise ShapeError(
+                mismatch(f"layer {ctx.label}: squeezed axes {axes}", "sizes 1", "", dims)
+            ) from None
+
+    return Kernel(run, moves=True)
 
 
 @handles_optional("squeeze_layers", "UNSQUEEZE", "IUnsqueezeLayer")
