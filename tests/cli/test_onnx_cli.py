@@ -11,7 +11,8 @@ import re
 import pytest
 
 from tests.support.cli_user import run_cli, write_tiny_tokenizer
-from tests.support.onnx_models import PROMPTS, export, ort_greedy, tiny_llama_model
+from tests.support.onnx_decoders import tiny_model
+from tests.support.onnx_models import PROMPTS, export, ort_greedy
 
 N = 12
 SIZES = ("--max-seq-len", "64", "--max-batch", "3")
@@ -22,7 +23,7 @@ IDS = ";".join(",".join(map(str, p)) for p in PROMPTS)
 def onnx_model(tmp_path_factory):
     """(the exported .onnx beside a word-level tokenizer, onnxruntime's greedy ids)."""
     folder = tmp_path_factory.mktemp("onnx_cli")
-    path = export(tiny_llama_model(), folder / "tiny-llama.onnx")
+    path = export(tiny_model("llama"), folder / "tiny-llama.onnx")
     write_tiny_tokenizer(folder)
     return path, [ort_greedy(path, p, N) for p in PROMPTS]
 

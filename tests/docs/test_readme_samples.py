@@ -121,9 +121,10 @@ def _tiny_engine() -> str:
 
 def _onnx_file() -> Path:
     """A tiny random Llama exported to ONNX with a growing cache (docs/onnx.md's recipe)."""
-    from tests.support.onnx_models import export, tiny_llama_model
+    from tests.support.onnx_decoders import tiny_model
+    from tests.support.onnx_models import export
 
-    return export(tiny_llama_model(), Path("tiny-llama.onnx"))
+    return export(tiny_model("llama"), Path("tiny-llama.onnx"))
 
 
 SCOPE = {
@@ -216,7 +217,7 @@ def test_the_readme_keeps_its_two_set_up_commands_and_ci_runs_the_second():
     commands = [line for line in setup.group(1).splitlines() if line.startswith("pip ")]
     assert commands == [
         "pip install -e . && trt-kv demo",
-        'pip install -e ".[test,oracle]" && python -m pytest -q',
+        'pip install -e ".[test,oracle,onnx]" && python -m pytest -q',
     ]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 

@@ -10,26 +10,25 @@ import onnx
 import pytest
 
 from tests.support.hf_models import greedy_ids
+from tests.support.onnx_decoders import tiny_model
 from tests.support.onnx_models import (
     NEW_TOKENS,
     PROMPTS,
     export,
     ort_greedy,
-    tiny_gpt2_model,
-    tiny_llama_model,
 )
 from trt_kv.onnx.decoder import load_onnx_decoder
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 S_MAX = 64
-MODELS = {"llama": tiny_llama_model, "gpt2": tiny_gpt2_model}
+MODELS = ("gpt2", "llama")
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS))
+@pytest.fixture(scope="module", params=MODELS)
 def exported(request, tmp_path_factory):
     """(name, .onnx path, transformers' ids, onnxruntime's ids on the original graph)."""
-    model = MODELS[request.param]()
+    model = tiny_model(request.param)
     path = export(model, tmp_path_factory.mktemp(request.param) / f"{request.param}.onnx")
     hf = greedy_ids(model, PROMPTS, NEW_TOKENS)
     ort = [ort_greedy(path, p, NEW_TOKENS) for p in PROMPTS]

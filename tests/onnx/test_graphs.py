@@ -10,8 +10,8 @@ import pytest
 from onnx import helper as h
 
 from tests.support.cli_user import run_cli
-from tests.support.onnx_toy_decoders import toy_decoder
 from tests.support.onnx_models import NEW_TOKENS, ort_greedy
+from tests.support.onnx_toy_decoders import toy_decoder
 from trt_kv.errors import NetworkError, ShapeError, UnsupportedLayerError
 from trt_kv.onnx.decoder import load_onnx_decoder
 from trt_kv.runtime import Session, generate
@@ -139,8 +139,18 @@ def test_build_refuses_with_one_line_and_writes_nothing(case, tmp_path):
 
 
 def test_an_op_the_interpreter_lacks_is_refused_naming_the_onnx_node(tmp_path):
-    d = _load(_saved(_with_node("Einsum", equation="bsv->bsv"), tmp_path))
-    with pytest.raises(UnsupportedLayerError, match="odd_op"):
+    model = toy_decoder()  # logits [B, S, V] -> [B, 1, S, V] -> LRN (a POOLING-like layer)
+    g = model.graph
+    g.node[-1].output[0] = "raw_logits"
+    g.node.extend(
+        [
+            h.make_node("Unsqueeze", ["raw_logits", "i1"], ["logits4"]),
+            h.make_node("LRN", ["logits4"], ["lrn"], name="odd_op", size=1),
+            h.make_node("Squeeze", ["lrn", "i1"], ["logits"]),
+        ]
+    )
+    d = _load(_saved(model, tmp_path))
+    with pytest.raises(UnsupportedLayerError, match="ONNX node 'odd_op'"):
         InterpreterBackend(d.decoder)
 
 

@@ -1,6 +1,6 @@
-"""Tiny transformers decoders exported to ONNX with a growing cache
-(scripts/export_decoder_onnx.py), and onnxruntime's greedy ids on such a graph: the oracle of
-the ONNX tests."""
+"""Decoders exported to ONNX with a growing cache by scripts/export_decoder_onnx.py (the
+recipe docs/onnx.md shows; the tiny models are :func:`tests.support.onnx_decoders.tiny_model`),
+and onnxruntime's greedy ids on such a graph: the oracle of the ONNX tests."""
 
 from __future__ import annotations
 
@@ -21,40 +21,6 @@ def exporter() -> object:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def tiny_llama_model(seed: int = 0) -> object:
-    """A seeded random ``LlamaForCausalLM`` (GQA 4:2, two layers, V 97), eager attention."""
-    import torch
-    import transformers
-
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-        initializer_range=0.3,
-        attn_implementation="eager",
-    )
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def tiny_gpt2_model(seed: int = 0) -> object:
-    """A seeded random ``GPT2LMHeadModel`` (two layers, five heads, V 101), eager attention."""
-    import torch
-    import transformers
-
-    from tests.support.gpt2_models import HF_CONFIG
-
-    torch.manual_seed(seed)
-    config = transformers.GPT2Config(**{**HF_CONFIG, "n_positions": 128})
-    config._attn_implementation = "eager"
-    return transformers.GPT2LMHeadModel(config).eval()
 
 
 def export(model: object, path: Path) -> Path:
