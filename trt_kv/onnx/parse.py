@@ -37,6 +37,26 @@ def _update_probe(op: str) -> bytes:
     return helper.make_model(graph, opset_imports=opset, ir_version=10).SerializeToString()
 
 
+_INT64_BINDING = "has Int64 binding"  # the parser's note on each int64 input: the contract's
+
+
+def _parser_logger() -> object:
+    """A logger for the parser: its errors come back in the raised UnsupportedLayerError,
+    its notes on int64 inputs (``position_ids``, the export's ids) are dropped, and other
+    warnings go to trt_kv's logger (stderr)."""
+    severity = trt.ILogger.Severity
+
+    class ParserLogger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, level: object, msg: str) -> None:
+            if level == severity.WARNING and _INT64_BINDING not in msg:
+                logger().log(level, msg)
+
+    return ParserLogger()
+
+
 @cache
 def parser_update_op() -> str:
     """The cache-update op the installed TensorRT's parser imports, the first of
@@ -48,7 +68,7 @@ def parser_update_op() -> str:
     """
     for op in UPDATE_OPS:
         _, network = create_network()
-        if trt.OnnxParser(network, logger()).parse(_update_probe(op)):
+        if trt.OnnxParser(network, _parser_logger()).parse(_update_probe(op)):
             return op
     raise UnsupportedLayerError(
         mismatch(
@@ -76,7 +96,8 @@ def parse_decoder(
         ArgumentError: ``max_batch`` or ``max_step_tokens`` not an integer >= 1.
     """
     builder, network = create_network()
-    parser = trt.OnnxParser(network, logger())
+    quiet = _parser_logger()
+    parser = trt.OnnxParser(network, quiet)
     if not parser.parse(model, str(folder)):
         errors = [parser.get_error(i) for i in range(parser.num_errors)]
         first = errors[0] if errors else None
@@ -89,4 +110,4 @@ def parse_decoder(
         )
     profiles = decoder_profiles(network, max_batch=max_batch, max_step_tokens=max_step_tokens)
     roles = decoder_roles(network, profiles)
-    return DecoderNetwork(builder, network, profiles, roles, keep=parser)
+    return DecoderNetwork(builder, network, profiles, roles, keep=(parser, quiet))
