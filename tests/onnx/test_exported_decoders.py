@@ -114,19 +114,26 @@ def test_rewrite_report_names_every_cache_and_layer(exported):
     assert onnx.load(path)  # the source is left as it was
 
 
-@pytest.mark.gpu
-def test_emulated_tensorrt_ids_equal_onnxruntimes_in_one_batch(exported, tmp_path):
-    """The engine built in this process (the emulator runs it on its network's interpreter)."""
+@pytest.fixture(scope="module")
+def engine(exported, tmp_path_factory):
+    """The engine of the rewritten export, built in this process (the emulator runs it on the
+    interpreter of its network)."""
     from trt_kv.engine.store import build_to_file
+
+    name, path, _, _ = exported
+    n = _decoder(path).decoder
+    out = tmp_path_factory.mktemp("onnx_engines") / f"{name}.engine"
+    return build_to_file(n.builder, n.network, n.profiles, out, {"model": name}, n.roles).path
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["tensorrt", "polygraphy"])
+def test_gpu_backend_ids_equal_onnxruntimes_in_one_batch(kind, exported, engine):
+    from trt_kv.runtime.gpu.polygraphy_backend import PolygraphyBackend
     from trt_kv.runtime.gpu.trt_backend import TrtBackend
 
-    name, path, _, ort = exported
-    n = _decoder(path).decoder
-    engine = build_to_file(
-        n.builder, n.network, n.profiles, tmp_path / f"{name}.engine", {"model": name}, n.roles
-    ).path
-    backend = TrtBackend(engine)
+    backend = {"tensorrt": TrtBackend, "polygraphy": PolygraphyBackend}[kind](engine)
     try:
-        assert generate(Session(backend), PROMPTS, NEW_TOKENS).ids == ort
+        assert generate(Session(backend), PROMPTS, NEW_TOKENS).ids == exported[3]
     finally:
         backend.close()
