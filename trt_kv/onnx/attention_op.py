@@ -50,57 +50,39 @@ def decompose_attention(graph: gs.Graph) -> int:
     """
     count = 0
     for node in [n for n in graph.nodes if n.op == "Attention" and len(n.inputs) > _PAST_KEY]:
-        if not node.inputs[_PAST_KEY].name:
-            continue
-        _check(node)
-        q, k, v = node.inputs[:3]
-        past_k, past_v = node.inputs[_PAST_KEY], node.inputs[_PAST_VALUE]
-        y, present_k, present_v = node.outputs[:3]
-        name = node.name or y.name
-        head_size = past_k.shape[3]
-        scale = node.attrs.get("scale") or float(head_size) ** -0.5
-        dtype = np.dtype(past_k.dtype)
-        node.outputs.clear()
-        graph.layer(
-            op="Concat",
-            name=f"{name}.keys",
-            inputs=[past_k, k],
-            outputs=[present_k],
-            attrs={"axis": 2},
-        )
-        graph.layer(
-            op="Concat",
-            name=f"{name}.values",
-            inputs=[past_v, v],
-            outputs=[present_v],
-            attrs={"axis": 2},
-        )
-        k_t = graph.layer(
-            op="Transpose",
-            name=f"{name}.k_t",
-            inputs=[present_k],
-            outputs=[f"{name}.k_t"],
-            attrs={"perm": [0, 1, 3, 2]},
-        )[0]
-        qk = graph.layer(op="MatMul", name=f"{name}.qk", inputs=[q, k_t], outputs=[f"{name}.qk"])[0]
-        factor = gs.Constant(f"{name}.scale", np.array(scale, dtype))
-        scores = graph.layer(
-            op="Mul", name=f"{name}.scaled", inputs=[qk, factor], outputs=[f"{name}.scores"]
-        )[0]
-        mask = node.inputs[_MASK] if len(node.inputs) > _MASK and node.inputs[_MASK].name else None
-        if mask is None or mask.dtype == np.bool_:  # the rewrite puts its own mask here
-            mask = gs.Constant(f"{name}.no_mask", np.zeros(1, dtype))
-        masked = graph.layer(
-            op="Add", name=f"{name}.masked", inputs=[scores, mask], outputs=[f"{name}.masked"]
-        )[0]
-        probs = graph.layer(
-            op="Softmax",
-            name=f"{name}.softmax",
-            inputs=[masked],
-            outputs=[f"{name}.probs"],
-            attrs={"axis": -1},
-        )[0]
-        graph.layer(op="MatMul", name=f"{name}.out", inputs=[probs, present_v], outputs=[y])
-        node.inputs.clear()
-        count += 1
+        if node.inputs[_PAST_KEY].name:
+            _check(node)
+            _write_out(graph, node)
+            count += 1
     return count
+
+
+def _write_out(graph: gs.Graph, node: gs.Node) -> None:
+    """``node`` replaced by Concat (each cache), MatMul, Mul (scale), Add (mask), Softmax,
+    MatMul; its outputs keep their names."""
+    q, k, v = node.inputs[:3]
+    past_k, past_v = node.inputs[_PAST_KEY], node.inputs[_PAST_VALUE]
+    y, present_k, present_v = node.outputs[:3]
+    name = node.name or y.name
+    scale = node.attrs.get("scale") or float(past_k.shape[3]) ** -0.5
+    dtype = np.dtype(past_k.dtype)
+    mask = node.inputs[_MASK] if len(node.inputs) > _MASK and node.inputs[_MASK].name else None
+    if mask is None or mask.dtype == np.bool_:  # an Add all the same: the rewrite's mask goes there
+        mask = gs.Constant(f"{name}.no_mask", np.zeros(1, dtype))
+    node.outputs.clear()
+    node.inputs.clear()
+
+    def add(
+        op: str, step: str, inputs: list, out: gs.Tensor | None = None, **attrs: object
+    ) -> gs.Variable:
+        outputs = [out if out is not None else f"{name}.{step}"]
+        return graph.layer(
+            op=op, name=f"{name}.{step}", inputs=inputs, outputs=outputs, attrs=attrs
+        )[0]
+
+    add("Concat", "keys", [past_k, k], present_k, axis=2)
+    add("Concat", "values", [past_v, v], present_v, axis=2)
+    k_t = add("Transpose", "k_t", [present_k], perm=[0, 1, 3, 2])
+    scores = add("Mul", "scores", [add("MatMul", "qk", [q, k_t]), np.array(scale, dtype)])
+    probs = add("Softmax", "probs", [add("Add", "masked", [scores, mask])], axis=-1)
+    add("MatMul", "out", [probs, present_v], y)
