@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import onnx
@@ -46,12 +45,3 @@ def read_onnx(path: Path) -> onnx.ModelProto:
                 )
             )
     return model
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes (hex)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
