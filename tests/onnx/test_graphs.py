@@ -175,3 +175,16 @@ def test_trt_kv_cache_update_rewrite_gives_the_same_ids(tmp_path):
     net = parse_decoder(model.SerializeToString(), tmp_path, max_batch=3, max_step_tokens=8)
     got = generate(Session(InterpreterBackend(net)), PROMPTS, NEW_TOKENS).ids
     assert got == [ort_greedy(path, p, NEW_TOKENS) for p in PROMPTS]
+
+
+def test_a_saved_rewritten_graph_loads_as_it_is(tmp_path):
+    """The rewritten graph (kept next to an engine, opened in Netron) is a model itself: its
+    report travels in its metadata and it is not rewritten twice."""
+    d = _load(_saved(toy_decoder(), tmp_path))
+    saved = d.save(tmp_path)
+    assert saved.name == "toy.trt_kv.onnx"
+    again = load_onnx_decoder(saved, max_seq_len=32, max_batch=3, max_step_tokens=8)
+    assert again.report == d.report  # S_max 64, its own
+    assert again.data == d.data
+    got = generate(Session(InterpreterBackend(again.decoder)), PROMPTS, 8).ids
+    assert got == generate(Session(InterpreterBackend(d.decoder)), PROMPTS, 8).ids
