@@ -188,3 +188,12 @@ def test_a_saved_rewritten_graph_loads_as_it_is(tmp_path):
     assert again.data == d.data
     got = generate(Session(InterpreterBackend(again.decoder)), PROMPTS, 8).ids
     assert got == generate(Session(InterpreterBackend(d.decoder)), PROMPTS, 8).ids
+
+
+def test_a_chunked_prefill_gives_onnxruntimes_ids(tmp_path):
+    """Steps of at most 3 tokens: the 7-token prompt is prefilled in three chunks, each
+    writing its rows at its write index and masked by its positions."""
+    path = _saved(toy_decoder(), tmp_path)
+    d = load_onnx_decoder(path, max_seq_len=64, max_batch=3, max_step_tokens=3)
+    got = generate(Session(InterpreterBackend(d.decoder)), PROMPTS, 8).ids
+    assert got == [ort_greedy(path, p, 8) for p in PROMPTS]
