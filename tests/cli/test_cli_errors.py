@@ -103,7 +103,7 @@ def test_a_missing_model_folder_is_refused(capsys, tmp_path):
     message = error_of(capsys, "generate", "--model", tmp_path / "nope")
     nope = tmp_path / "nope"
     assert message == (
-        f"--model: expected 'default', a model folder or a .gguf file, got {nope} "
+        f"--model: expected 'default', a model folder, a .gguf or an .onnx file, got {nope} "
         "(no such folder or file)"
     )
     assert error_of(capsys, "build", "--model", tmp_path / "nope").startswith("--model: expected")

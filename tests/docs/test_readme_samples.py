@@ -7,7 +7,8 @@ HTML comment on the line before a block's fence says what the block needs:
   skipped with REASON.
 - ``<!-- with: NAME, ... -->``: the block continues from earlier text; each NAME is made by
   ``SCOPE`` below before the block runs (``net``: a tiny Llama network; ``model`` and
-  ``engine``: a tiny checkpoint folder and an engine file built from it).
+  ``engine``: a tiny checkpoint folder and an engine file built from it; ``onnx_file``: a
+  tiny Llama exported to ONNX).
 
 Beyond running, two samples are checked: the KV-cache update network is built into an engine by
 the real TensorRT-RTX builder, and the user backend gives the ids trt_kv's own backend gives.
@@ -118,7 +119,16 @@ def _tiny_engine() -> str:
     return str(engine.relative_to(Path.cwd().resolve()))
 
 
+def _onnx_file() -> Path:
+    """A tiny random Llama exported to ONNX with a growing cache (docs/onnx.md's recipe)."""
+    from tests.support.onnx_decoders import tiny_model
+    from tests.support.onnx_models import export
+
+    return export(tiny_model("llama"), Path("tiny-llama.onnx"))
+
+
 SCOPE = {
+    "onnx_file": _onnx_file,  # an exported decoder with a growing cache
     "net": _tiny_llama_network,
     "decoder": _alibi_decoder,
     "model": _tiny_model,  # a tiny checkpoint folder
@@ -207,7 +217,7 @@ def test_the_readme_keeps_its_two_set_up_commands_and_ci_runs_the_second():
     commands = [line for line in setup.group(1).splitlines() if line.startswith("pip ")]
     assert commands == [
         "pip install -e . && trt-kv demo",
-        'pip install -e ".[test,oracle,serve]" && python -m pytest -q',
+        'pip install -e ".[test,oracle,serve,onnx]" && python -m pytest -q',
     ]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 

@@ -147,13 +147,12 @@ def check_sizes(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from trt_kv.models.loading import load_model
     from trt_kv.runtime.session import Session
 
     backends.choose_backend(args)  # before loading any weights
     check_model(args)
     check_sizes(args)
-    model = load_model(args.model, progress=not args.quiet)
+    model = common.load_cli_model(args)
     name, config, weights = model.name, model.config, model.weights
     reference = args.backend == "reference"  # float32 only
     dtype = "float32" if reference else args.dtype or common.DEFAULT_DTYPE

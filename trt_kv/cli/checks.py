@@ -189,17 +189,26 @@ def check_backend_options(
 
 
 def check_model(args: argparse.Namespace) -> None:
-    """``--model`` is ``default``, an existing folder or a ``.gguf`` file; ``--out`` is (or
-    can become) a folder; ``--max-step-tokens`` <= ``--max-seq-len``. Raises ArgumentError."""
+    """``--model`` is ``default``, an existing folder, a ``.gguf`` or ``.onnx`` file;
+    ``--tokenizer`` a folder; ``--out`` is (or can become) a folder; ``--max-step-tokens`` <=
+    ``--max-seq-len``. Raises ArgumentError."""
     model = getattr(args, "model", None)  # None: generate --engine alone
     path = Path(model or "default")
-    gguf = path.suffix.lower() == ".gguf" and path.is_file()
-    if model not in (None, "default") and not path.is_dir() and not gguf:
-        state = "a file, not .gguf" if path.exists() else "no such folder or file"
+    a_file = path.suffix.lower() in (".gguf", ".onnx") and path.is_file()
+    if model not in (None, "default") and not path.is_dir() and not a_file:
+        state = "a file, not .gguf or .onnx" if path.exists() else "no such folder or file"
         raise ArgumentError(
             mismatch(
-                "--model", "'default', a model folder or a .gguf file", "", f"{model} ({state})"
+                "--model",
+                "'default', a model folder, a .gguf or an .onnx file",
+                "",
+                f"{model} ({state})",
             )
+        )
+    tokenizer = getattr(args, "tokenizer", None)
+    if tokenizer is not None and not (Path(tokenizer) / "tokenizer.json").is_file():
+        raise ArgumentError(
+            mismatch("--tokenizer", "a folder with tokenizer.json", "", str(tokenizer))
         )
     out = getattr(args, "out", None)
     if out is not None:

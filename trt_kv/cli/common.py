@@ -45,7 +45,10 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
     that reads them its own way."""
     text = {
         "model": f"'{DEFAULT_MODEL}' (SmolLM2-135M-Instruct), a Hugging Face folder (Llama "
-        f"family or GPT-2) or a .gguf file (default: {DEFAULT_MODEL}, except beside --engine)",
+        "family or GPT-2), a .gguf file or an exported .onnx decoder (docs/onnx.md) "
+        f"(default: {DEFAULT_MODEL}, except beside --engine)",
+        "tokenizer": "a folder with tokenizer.json for an .onnx --model's text (default: the "
+        "file's own folder when it has one; else give --prompt-ids)",
         "dtype": f"weights and activations (default: {DEFAULT_DTYPE}; the reference backend "
         "computes in float32 only)",
         "max_seq_len": "S_max of every cache (default: %(default)s, or a GPT-2's n_positions "
@@ -71,6 +74,7 @@ def add_model_arguments(p: argparse.ArgumentParser, helps: dict[str, str] | None
         **(helps or {}),
     }
     p.add_argument("--model", default=None, help=text["model"])  # None: resolve_model
+    p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR", help=text["tokenizer"])
     p.add_argument("--dtype", default=None, choices=DTYPES, help=text["dtype"])
     p.add_argument(
         "--max-seq-len",
@@ -105,7 +109,12 @@ def load_cli_model(args: argparse.Namespace) -> Model:
     from trt_kv.models.architectures import architecture_of
     from trt_kv.models.loading import load_model
 
-    model = load_model(args.model, progress=not args.quiet)
+    tokenizer = getattr(args, "tokenizer", None)
+    model = load_model(args.model, progress=not args.quiet, tokenizer=tokenizer)
+    # an ONNX graph fixes its dtype and its logits [B, S, V]
+    if getattr(model.config, "model_type", "") == "onnx":
+        args.dtype = args.dtype or model.config.dtype
+        args.all_logits = True
     if isinstance(getattr(args, "max_seq_len", None), DefaultSize):
         args.max_seq_len = architecture_of(model.config).default_max_seq_len(model.config)
     return model

@@ -232,6 +232,16 @@ def _mib(n: int) -> str:
     return f"{n:,} bytes ({n / 2**20:.2f} MiB)"
 
 
+def _rewrite_line(rewrite: dict, engine: str) -> str:
+    """What the ONNX rewrite did (caches, layers, update op), and where its graph is."""
+    from trt_kv.onnx.decoder import REWRITTEN_SUFFIX
+    from trt_kv.onnx.rewrite import RewriteReport
+
+    report = RewriteReport.from_json({k: v for k, v in rewrite.items() if k != "sha256"})
+    graph = f"{Path(engine).name}{REWRITTEN_SUFFIX}"
+    return f"{report.summary()}; the rewritten graph: {graph} (sha256 {rewrite['sha256'][:12]})"
+
+
 def format_report(r: dict) -> str:
     """The report as text: key lines, then tensor, alias and layer tables."""
     built, running = r["built_with"], r["running"]
@@ -262,6 +272,9 @@ def format_report(r: dict) -> str:
         model = r["recipe"].get("model", "?")
         brief = " ".join(f"{k}={v}" for k, v in describe_recipe(model, config))
         lines.append(f"model        {model} {brief}")
+    rewrite = r["recipe"].get("onnx_rewrite")
+    if rewrite:
+        lines.append(f"onnx rewrite {_rewrite_line(rewrite, r['engine'])}")
     lines += _role_lines(r["roles"])
     mem = r["cache_memory"]
     if mem:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -173,6 +174,13 @@ def build_to_file(
         md = {**(metadata or {}), BUILT_AT_KEY: stamp}
         meta = describe(network, built, profiles, md, roles, targets)
         return BuiltFile(save_engine(path, built, meta), meta)
+
+
+def _write_beside(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary file renamed over it."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
 
 
 DOC_EXAMPLE = "kv_cache_doc_example"
@@ -360,6 +368,10 @@ def build_model_engine(
             OPTIONS_KEY: opts.to_json(),
             "recipe": {"network": arch.name, "model": name, "weights_sha256": digest},
         }
-        return build_to_file(
+        built = build_to_file(
             net.builder, net.network, net.profiles, path, metadata, net.roles, targets
         )
+        # files a network keeps next to its engine (an ONNX model's rewritten graph)
+        for suffix, data in getattr(net, "beside_engine", dict)().items():
+            _write_beside(path.with_name(path.name + suffix), data)
+        return built

@@ -1,6 +1,7 @@
 """Which architecture builds a checkpoint: the one table the loader, the engine store and the CLI
-dispatch on (``config.json``'s ``model_type``: ``gpt2`` is GPT-2, any other is the Llama
-family, whose own table refuses what it does not build).
+dispatch on (``config.json``'s ``model_type``: ``gpt2`` is GPT-2, ``onnx`` an ONNX decoder
+file (:mod:`trt_kv.models.onnx_file`), any other is the Llama family, whose own table refuses
+what it does not build).
 
 Each row gives the steps a model goes through, as functions: config from ``config.json``,
 weights from Hugging Face tensors, the network (a contract network:
@@ -102,7 +103,25 @@ def _gpt2() -> Architecture:
     )
 
 
-_ARCHITECTURES = {"llama": _llama, "gpt2": _gpt2}
+def _onnx() -> Architecture:
+    from trt_kv.models import onnx_file as f
+
+    return Architecture(
+        "onnx",
+        f.OnnxConfig,
+        f.OnnxWeights,
+        f.onnx_config,
+        f.onnx_weights,
+        f.build_onnx_network,
+        f.refuse_reference,
+        lambda config, s_max, option: None,  # any S_max: the rewrite sizes the caches
+        lambda config: defaults.MAX_SEQ_LEN,
+        f.onnx_arrays,
+        ("model_type", "file", "sha256", "dtype"),
+    )
+
+
+_ARCHITECTURES = {"llama": _llama, "gpt2": _gpt2, "onnx": _onnx}
 
 
 def architecture_named(name: str) -> Architecture:
@@ -129,7 +148,8 @@ def _rows(keys: tuple[str, ...], config: Mapping[str, object]) -> list[tuple[str
 
 def architecture_of_hf(config: dict) -> Architecture:
     """The architecture of a ``config.json`` (by ``model_type``)."""
-    return architecture_named("gpt2" if config.get("model_type") == "gpt2" else "llama")
+    kind = config.get("model_type")
+    return architecture_named(kind if kind in ("gpt2", "onnx") else "llama")
 
 
 def architecture_of(config_or_weights: object) -> Architecture:

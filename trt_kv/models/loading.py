@@ -12,6 +12,7 @@ from trt_kv.checkpoints import Checkpoint, read_checkpoint
 from trt_kv.errors import ArgumentError, DownloadError, mismatch
 from trt_kv.models.architectures import architecture_of_hf
 from trt_kv.models.llama import LlamaConfig, random_weights, to_hf_tensors
+from trt_kv.onnx import is_onnx
 
 
 @dataclass
@@ -31,9 +32,16 @@ def random_checkpoint(seed: int = 0) -> Checkpoint:
     return Checkpoint("smollm2-135m-random", config.to_hf(), tensors, random=True)
 
 
-def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = True) -> Model:
+def load_model(
+    spec: str | Path = "default",
+    seed: int = 0,
+    progress: bool = True,
+    tokenizer: Path | None = None,
+) -> Model:
     """``"default"`` (SmolLM2-135M-Instruct, fetched once; seeded random weights, said in one
-    line on stderr, when it cannot be obtained), a Hugging Face folder, or a GGUF file.
+    line on stderr, when it cannot be obtained), a Hugging Face folder, a GGUF file, or an
+    ONNX decoder file (``.onnx``: :mod:`trt_kv.models.onnx_file`; its tokenizer from the
+    folder ``tokenizer`` when given).
 
     Raises:
         ArgumentError: ``spec`` not a non-empty string or path.
@@ -43,6 +51,11 @@ def load_model(spec: str | Path = "default", seed: int = 0, progress: bool = Tru
         raise ArgumentError(
             mismatch("spec", "'default', a checkpoint folder or a .gguf file", "", repr(spec))
         )
+    if is_onnx(spec):
+        from trt_kv.models.onnx_file import load_onnx_parts
+
+        checkpoint, config, weights = load_onnx_parts(Path(spec), tokenizer)
+        return Model(checkpoint.name, config, weights, checkpoint)
     try:
         checkpoint = read_checkpoint(spec, progress=progress)
     except DownloadError as err:
