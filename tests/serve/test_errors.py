@@ -142,3 +142,24 @@ def test_no_such_route_or_method_has_the_same_body(server):
     url, _ = server
     assert error_of(httpx.get(f"{url}/embeddings"), 404)["code"] == "not_found"
     error_of(httpx.get(f"{url}/completions"), 405)
+
+
+def test_a_draining_server_answers_503_to_health_and_to_new_requests(tiny_dir):
+    with app_server(["--model", str(tiny_dir), *TINY_OPTIONS]) as (url, app):
+        loop, health = app.state.loop, url.removesuffix("/v1") + "/health"
+        assert httpx.get(health).json() == {"status": "ok"}
+        body = {"model": MODEL, "prompt": "w5", "max_tokens": 400, "stream": True}
+        with httpx.Client(timeout=60) as c, c.stream("POST", f"{url}/completions", json=body) as r:
+            lines = r.iter_lines()
+            next(lines)  # its first token: in flight
+            drain = threading.Thread(target=loop.drain, args=(60,))
+            drain.start()
+            time.sleep(0.05)
+            answer = httpx.get(health)
+            assert (answer.status_code, answer.json()) == (503, {"status": "draining"})
+            short = {"model": MODEL, "prompt": "w5", "max_tokens": 1}
+            assert error_of(post(url, "/completions", short), 503)["code"] == "shutting_down"
+            assert loop.scheduler.stats().running == 1  # all while the stream ran on
+            assert '"finish_reason":"length"' in [x for x in lines if x.strip()][-2]
+        drain.join(60)
+        assert httpx.get(health).status_code == 503
