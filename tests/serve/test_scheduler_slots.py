@@ -73,7 +73,10 @@ def test_one_choice_cancelled_frees_its_slot_at_the_next_step_and_the_others_go_
     assert scheduler.stats().running == 2
     run(scheduler)
     events = drain_events(three)
-    assert [(e.token_id is None, e.finish_reason) for e in events[1]] == [(False, None), (True, "stop")]
+    assert [(e.token_id is None, e.finish_reason) for e in events[1]] == [
+        (False, None),
+        (True, "stop"),
+    ]
     expected = solo(lambda: host_session("float16"), PROMPTS[1], 10)[0]
     assert [e.token_id for e in events[0]] == [e.token_id for e in events[2]] == expected
     assert [e.finish_reason for e in drain_events(later)[0]] == [None, "stop"]  # one token, then
