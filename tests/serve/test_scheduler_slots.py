@@ -67,7 +67,7 @@ def test_one_choice_cancelled_frees_its_slot_at_the_next_step_and_the_others_go_
     later = scheduler.submit(PROMPTS[2], SamplingParams(max_tokens=10))
     scheduler.cancel(three, reason="stop", choice=1)  # a stop string met by choice 1
     scheduler.cancel(later, reason="stop", choice=0)  # asked while it waits: kept till it runs
-    with pytest.raises(ArgumentError, match="^choice: expected an integer in \\[0, 2\\]"):
+    with pytest.raises(ArgumentError, match=r"^choice: expected an integer in \[0, 2\]"):
         scheduler.cancel(three, choice=3)
     scheduler.step()  # choice 1 ended at this boundary; later prefills its first chunk
     assert scheduler.stats().running == 2
