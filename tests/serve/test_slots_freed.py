@@ -37,8 +37,9 @@ def test_a_choice_ending_at_a_stop_string_frees_its_slot_while_the_others_run(se
     shown = out.usage.completion_tokens  # choice 0's tokens up to the stop, and 200
     assert shown < 200 + 12
     generated = after.generated_tokens - before.generated_tokens
-    # a stopped choice left generating until the other ended would add ~190 unread tokens
-    assert generated - shown <= 10, (generated, shown)
+    # a stopped choice left generating until the other ended would add ~190 unread tokens;
+    # cancelled, it adds the few steps the server took to read the stop
+    assert generated - shown <= 40, (generated, shown)
     assert after.finished.get("stop", 0) == before.finished.get("stop", 0) + 1
 
 
