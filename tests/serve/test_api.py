@@ -80,14 +80,16 @@ def test_chat_streamed_and_whole_agree(client):
     assert whole.usage.prompt_tokens == 7 and whole.usage.completion_tokens == 5
     message = whole.choices[0].message
     assert message.role == "assistant" and len(message.content.split()) == 5
-    chunks = list(
-        client.chat.completions.create(
-            model=MODEL, messages=CHAT, max_tokens=5, temperature=0, stream=True
-        )
-    )
+    *chunks, last = client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=5, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == message.content
     assert chunks[-1].choices[0].finish_reason == "length"
+    assert last.choices == [] and last.usage.completion_tokens == 5
+    assert last.usage.prompt_tokens == 7
+    assert last.usage.prompt_tokens_details.cached_tokens == 6  # the turn before: all but one
 
 
 @pytest.mark.parametrize("stream", [False, True])

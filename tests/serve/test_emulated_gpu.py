@@ -14,8 +14,12 @@ SIZES = ["--dtype", "float32", "--max-seq-len", "64", "--max-batch", "2", "--max
 PROMPTS = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14 w15 w16 w17"]  # the second: two chunks
 
 
-def answers(options):
-    with app_server(options) as (url, _):
+def answers(options, sizes=(64, 2)):
+    """The greedy answers of a server of ``options``, sent together; it holds ``sizes``
+    (S_max, slots)."""
+    with app_server(options) as (url, app):
+        scheduler = app.state.loop.scheduler
+        assert (scheduler.max_seq_len, scheduler.capacity) == sizes
 
         async def ask():
             async with openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0) as c:
@@ -40,3 +44,12 @@ def test_an_emulated_gpu_backend_serves_the_interpreters_answers(
     engines = tmp_path_factory.mktemp("engines")
     options = ["--model", str(tiny_dir), "--backend", backend, "--emulate-gpu", *SIZES]
     assert answers([*options, "--out", str(engines)]) == interpreter_answers
+
+
+def test_an_engine_file_given_with_its_model_is_served(tiny_dir, tmp_path, interpreter_answers):
+    """``--engine FILE --model M``, as ``generate`` takes them: the sizes are the engine's
+    (S_max 64, 2 slots: not the defaults)."""
+    gpu = ["--model", str(tiny_dir), "--backend", "tensorrt", "--emulate-gpu"]
+    answers([*gpu, *SIZES, "--out", str(tmp_path)])  # builds the engine
+    (engine,) = tmp_path.glob("*.engine")
+    assert answers([*gpu, "--engine", str(engine)]) == interpreter_answers

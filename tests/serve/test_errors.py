@@ -8,6 +8,7 @@ import time
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.servers import TINY_OPTIONS, TINY_S_MAX, app_server
 
@@ -58,10 +59,17 @@ def test_a_chat_field_deep_in_the_body_is_named_by_its_path(server):
     assert error_of(post(url, "/chat/completions", body), 400)["param"] == "top_logprobs"
 
 
-def test_unknown_fields_are_ignored(server):
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/completions", {"prompt": "w5"}),
+        ("/chat/completions", {"messages": [{"role": "user", "content": "w5", "name_x": 1}]}),
+    ],
+)
+def test_unknown_fields_are_ignored(server, path, body):
     url, _ = server
-    body = {"model": MODEL, "prompt": "w5", "max_tokens": 1, "user": "me", "suffix_x": 3}
-    assert post(url, "/completions", body).status_code == 200
+    unknown = {"user": "me", "suffix_x": 3, "store": True, "metadata": {"a": "b"}}
+    assert post(url, path, {"model": MODEL, **body, "max_tokens": 1, **unknown}).status_code == 200
 
 
 def test_a_body_that_is_not_json_is_400(server):
@@ -108,10 +116,17 @@ def test_the_api_key_is_needed_when_set(tiny_dir):
         assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200
 
 
+def gauges(url):
+    """``/metrics``' unlabelled samples by name."""
+    text = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def test_a_full_queue_is_429_with_retry_after(tiny_dir):
-    options = [*TINY_OPTIONS, "--max-batch", "1", "--max-queue", "1"]
+    options = [*TINY_OPTIONS, "--max-batch", "1", "--max-queue", "1", "--prefill-chunk", "4"]
     with app_server(["--model", str(tiny_dir), *options]) as (url, app):
         scheduler = app.state.loop.scheduler
+        assert (scheduler.capacity, scheduler.max_queue, scheduler.prefill_chunk) == (1, 1, 4)
         long = {"model": MODEL, "prompt": "w5", "max_tokens": 1000, "stream": True}
         with (
             httpx.Client(timeout=60) as a,
@@ -126,6 +141,9 @@ def test_a_full_queue_is_429_with_retry_after(tiny_dir):
             deadline = time.monotonic() + 30
             while scheduler.stats().queue_length < 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
+            seen = gauges(url)  # /metrics as the queue fills
+            assert (seen["trt_kv_queue_length"], seen["trt_kv_running_slots"]) == (1, 1)
+            assert seen["trt_kv_free_slots"] == 0
             answer = b.post(f"{url}/completions", json=long)
             error = error_of(answer, 429)
             assert answer.headers["retry-after"] == "1"
@@ -142,3 +160,24 @@ def test_no_such_route_or_method_has_the_same_body(server):
     url, _ = server
     assert error_of(httpx.get(f"{url}/embeddings"), 404)["code"] == "not_found"
     error_of(httpx.get(f"{url}/completions"), 405)
+
+
+def test_a_draining_server_answers_503_to_health_and_to_new_requests(tiny_dir):
+    with app_server(["--model", str(tiny_dir), *TINY_OPTIONS]) as (url, app):
+        loop, health = app.state.loop, url.removesuffix("/v1") + "/health"
+        assert httpx.get(health).json() == {"status": "ok"}
+        body = {"model": MODEL, "prompt": "w5", "max_tokens": 400, "stream": True}
+        with httpx.Client(timeout=60) as c, c.stream("POST", f"{url}/completions", json=body) as r:
+            lines = r.iter_lines()
+            next(lines)  # its first token: in flight
+            drain = threading.Thread(target=loop.drain, args=(60,))
+            drain.start()
+            time.sleep(0.05)
+            answer = httpx.get(health)
+            assert (answer.status_code, answer.json()) == (503, {"status": "draining"})
+            short = {"model": MODEL, "prompt": "w5", "max_tokens": 1}
+            assert error_of(post(url, "/completions", short), 503)["code"] == "shutting_down"
+            assert loop.scheduler.stats().running == 1  # all while the stream ran on
+            assert '"finish_reason":"length"' in [x for x in lines if x.strip()][-2]
+        drain.join(60)
+        assert httpx.get(health).status_code == 503

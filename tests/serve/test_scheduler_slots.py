@@ -12,6 +12,7 @@ from tests.support.serve_sessions import (
     host_session,
     solo,
 )
+from trt_kv.errors import ArgumentError
 from trt_kv.models.llama.reference_backend import ReferenceBackend
 from trt_kv.runtime import Session
 from trt_kv.serve.scheduler import SamplingParams, Scheduler
@@ -56,6 +57,31 @@ def test_a_cancelled_request_ends_with_its_reason_and_frees_its_slot_within_one_
     assert all(e[-1].token_id is None for e in events.values())
     run(scheduler)
     assert ids(keep) == solo(lambda: host_session("float16"), PROMPTS[0], 10)[0]
+
+
+def test_one_choice_cancelled_frees_its_slot_at_the_next_step_and_the_others_go_on():
+    scheduler = Scheduler(host_session("float16"), eos_ids=[], prefill_chunk=8)
+    three = scheduler.submit(PROMPTS[1], SamplingParams(max_tokens=10, n=3))
+    scheduler.step()  # its 8 tokens prefilled: each choice has its first token
+    assert scheduler.stats().running == 3
+    later = scheduler.submit(PROMPTS[2], SamplingParams(max_tokens=10))
+    scheduler.cancel(three, reason="stop", choice=1)  # a stop string met by choice 1
+    scheduler.cancel(later, reason="stop", choice=0)  # asked while it waits: kept till it runs
+    with pytest.raises(ArgumentError, match=r"^choice: expected an integer in \[0, 2\]"):
+        scheduler.cancel(three, choice=3)
+    scheduler.step()  # choice 1 ended at this boundary; later prefills its first chunk
+    assert scheduler.stats().running == 2
+    run(scheduler)
+    events = drain_events(three)
+    assert [(e.token_id is None, e.finish_reason) for e in events[1]] == [
+        (False, None),
+        (True, "stop"),
+    ]
+    expected = solo(lambda: host_session("float16"), PROMPTS[1], 10)[0]
+    assert [e.token_id for e in events[0]] == [e.token_id for e in events[2]] == expected
+    assert [e.finish_reason for e in drain_events(later)[0]] == [None, "stop"]  # one token, then
+    assert scheduler.stats().finished == {"stop": 2, "length": 2}
+    assert scheduler.stats().free == scheduler.capacity
 
 
 def test_a_waiting_request_cancelled_never_runs():

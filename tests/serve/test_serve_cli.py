@@ -33,9 +33,12 @@ def finish_of(lines):
 
 
 def test_the_ready_line_names_the_model_backend_and_url(tiny_dir):
-    with serve_process("--model", str(tiny_dir), *TINY_OPTIONS) as (child, url):
+    with serve_process("--model", str(tiny_dir), *TINY_OPTIONS, "--api-key", "k1") as (child, url):
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
         assert httpx.get(url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
+        assert httpx.get(f"{url}/models").status_code == 401  # --api-key reaches the app
+        keyed = httpx.get(f"{url}/models", headers={"Authorization": "Bearer k1"})
+        assert keyed.json()["data"][0]["id"] == MODEL
         child.send_signal(signal.SIGTERM)
         assert child.wait(30) == 0
 

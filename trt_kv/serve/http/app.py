@@ -10,6 +10,8 @@ schedules and runs. Several apps may share a process (each its own metrics regis
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import secrets
 import time
@@ -66,7 +68,11 @@ def create_app(
             )  # fmt: skip
 
     async def run(
-        body: GenerationRequest, prompt: list[int], fmt: type[Format], kind: str
+        request: Request,
+        body: GenerationRequest,
+        prompt: list[int],
+        fmt: type[Format],
+        kind: str,
     ) -> Response:
         started = time.monotonic()
         params = sampling_params(body, len(prompt), loop.scheduler.max_seq_len)
@@ -78,22 +84,24 @@ def create_app(
         if body.stream:
             events = sse(generation, rendered, body.include_usage())
             return ClosingStreamingResponse(events, media_type="text/event-stream")
-        async for _ in generation.pieces():
-            pass
+        if await whole_or_gone(generation, request):
+            return Response(status_code=CLIENT_GONE)  # nobody reads it; /metrics counts it
         failed = generation.error()
         if failed is not None:
             raise server_error(f"generation failed: {failed}")
         return JSONResponse(rendered.whole(generation).model_dump())
 
     @app.post("/v1/chat/completions", dependencies=authorized)
-    async def chat_completions(body: ChatCompletionRequest) -> Response:
+    async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
         served(body)
-        return await run(body, chat_prompt(body, tokenizer), ChatFormat, "chatcmpl")
+        prompt = chat_prompt(body, tokenizer)
+        return await run(request, body, prompt, ChatFormat, "chatcmpl")
 
     @app.post("/v1/completions", dependencies=authorized)
-    async def completions(body: CompletionRequest) -> Response:
+    async def completions(request: Request, body: CompletionRequest) -> Response:
         served(body)
-        return await run(body, completion_prompt(body, tokenizer), CompletionFormat, "cmpl")
+        prompt = completion_prompt(body, tokenizer)
+        return await run(request, body, prompt, CompletionFormat, "cmpl")
 
     @app.get("/v1/models", dependencies=authorized)
     async def models() -> JSONResponse:
@@ -101,6 +109,10 @@ def create_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        """200 ``{"status": "ok"}``; 503 ``{"status": "draining"}`` once a drain began (as
+        llama-server answers 503 while not ready: a balancer sends no more requests)."""
+        if loop.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
@@ -134,6 +146,34 @@ def bearer(api_key: str) -> Callable[[Request], None]:
             )  # fmt: skip
 
     return check
+
+
+CLIENT_GONE = 499  # nginx's "client closed request": a whole answer's client left first
+DISCONNECT_POLL_S = 0.02  # how often a whole answer's wait looks for its client gone
+
+
+async def whole_or_gone(generation: Generation, request: Request) -> bool:
+    """Read ``generation`` to its end, unless the client disconnects first: then its
+    ticket is cancelled (the generation closed) and its slots free at the next step.
+    Returns whether the client is gone."""
+
+    async def read() -> None:
+        async for _ in generation.pieces():
+            pass
+
+    reading = asyncio.ensure_future(read())
+    try:
+        while not reading.done():
+            if await request.is_disconnected():
+                return True
+            await asyncio.wait({reading}, timeout=DISCONNECT_POLL_S)
+        reading.result()  # (what it raised)
+        return False
+    finally:
+        if not reading.done():
+            reading.cancel()  # closes the pieces and the loop's events: the ticket cancelled
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
 
 
 def frame(data: str) -> str:

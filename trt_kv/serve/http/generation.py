@@ -1,5 +1,6 @@
 """One submitted request's token events made into text pieces per choice: detokenized, stop
-strings cut (the ticket cancelled with reason ``"stop"`` once every choice has ended), counted
+strings cut (the choice that met one cancelled with reason ``"stop"``: its slot frees at the
+next step while the other choices go on), counted
 (``usage``, the metrics) and timed (time to first token, between tokens). What the
 endpoints render, streamed or whole (:mod:`trt_kv.serve.http.responses`)."""
 
@@ -69,10 +70,11 @@ class Generation:
                     state = self.choices[event.choice]
                     if state.finish_reason is not None:
                         continue  # ended by a stop string: its later tokens are not shown
-                    yield self._piece(event, state)
+                    piece = self._piece(event, state)
+                    if event.finish_reason is None and piece.finish_reason == STOP:
+                        self.loop.cancel(self.ticket, STOP, choice=event.choice)  # a stop string
+                    yield piece
                     if all(c.finish_reason is not None for c in self.choices):
-                        if not self.ticket.done:  # a stop string ended the last choice
-                            self.loop.cancel(self.ticket, STOP)
                         return
         finally:
             self.metrics.cached_tokens.inc(self.ticket.cached_tokens)

@@ -67,10 +67,16 @@ class EngineLoop:
         self._notify()
         return ticket
 
-    def cancel(self, ticket: Ticket, reason: str = "cancelled") -> None:
-        """:meth:`Scheduler.cancel`, then wake the worker (it frees the slots)."""
-        self.scheduler.cancel(ticket, reason)
+    def cancel(self, ticket: Ticket, reason: str = "cancelled", choice: int | None = None) -> None:
+        """:meth:`Scheduler.cancel` (the request, or its choice ``choice``), then wake the
+        worker (it frees the slots)."""
+        self.scheduler.cancel(ticket, reason, choice)
         self._notify()
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` began (new requests are refused; ``/health`` says so)."""
+        return self._draining
 
     async def events(self, ticket: Ticket) -> AsyncIterator[TokenEvent]:
         """``ticket``'s events as they come, until the final event of every choice. A

@@ -103,7 +103,8 @@ class Scheduler:
         roles = getattr(session.backend, "roles", None)
         self.max_window = min(session.capacity, getattr(roles, "max_batch", session.capacity))
         self._waiting: deque[_Request] = deque()
-        self._cancels: dict[str, str] = {}  # request id -> reason
+        # request id -> {choice (None: every one) -> reason}
+        self._cancels: dict[str, dict[int | None, str]] = {}
         self._prefilling: _Request | None = None
         self._running: dict[int, tuple[_Request, Choice]] = {}  # slot -> its choice
         self._inbox = threading.Lock()  # the queue and the cancels
@@ -168,13 +169,20 @@ class Scheduler:
             self._submitted += 1
         return ticket
 
-    def cancel(self, ticket: Ticket, reason: str = "cancelled") -> None:
+    def cancel(self, ticket: Ticket, reason: str = "cancelled", choice: int | None = None) -> None:
         """End ``ticket``'s request at the next step boundary (its slots freed there), each
-        unfinished choice with a final event of ``finish_reason`` = ``reason``. Thread-safe;
-        a finished or unknown ticket is left alone."""
+        unfinished choice with a final event of ``finish_reason`` = ``reason``; with
+        ``choice``, only that choice (its slot freed, the others go on: a stop string met by
+        one of ``n``). Thread-safe; a finished or unknown ticket or choice is left alone.
+
+        Raises:
+            ArgumentError: ``choice`` not None nor an index in ``[0, n)``.
+        """
+        if choice is not None:
+            check_int("choice", choice, 0, ticket.n - 1)
         with self._inbox:
-            if not ticket.done:
-                self._cancels.setdefault(ticket.request_id, reason)
+            if not ticket.done and choice not in ticket.finish_reasons:
+                self._cancels.setdefault(ticket.request_id, {}).setdefault(choice, reason)
 
     # -- the step boundary -------------------------------------------------------------
     def has_work(self) -> bool:
@@ -194,17 +202,23 @@ class Scheduler:
         return self.has_work()
 
     def _apply_cancels(self) -> None:
+        """Whole requests end (a waiting one never runs); a single choice ends once its
+        request has its choices (a cancel asked before its prefill ended waits till then)."""
         with self._inbox:
             cancels, self._cancels = self._cancels, {}
-            keep = deque(r for r in self._waiting if r.ticket.request_id not in cancels)
-            dropped = [r for r in self._waiting if r.ticket.request_id in cancels]
-            self._waiting = keep
-        for request in dropped:
-            self._end(request, cancels[request.ticket.request_id])
-        for request in self._live():
-            reason = cancels.get(request.ticket.request_id)
-            if reason is not None:
-                self._end(request, reason)
+            dropped = [r for r in self._waiting if None in cancels.get(r.ticket.request_id, {})]
+            self._waiting = deque(r for r in self._waiting if r not in dropped)
+            for request in [*self._waiting, self._prefilling]:
+                asked = cancels.get(request.ticket.request_id) if request else None
+                if asked and None not in asked:
+                    self._cancels[request.ticket.request_id] = asked
+        for request in [*dropped, *self._live()]:
+            asked = dict(cancels.get(request.ticket.request_id, {}))
+            whole = asked.pop(None, None)
+            for index, reason in asked.items() if request.choices else ():
+                self._end_choice(request, request.choices[index], reason)
+            if whole is not None:  # after the choices' own: theirs is the reason they ended
+                self._end(request, whole)
 
     def _live(self) -> list[_Request]:
         """The requests holding slots: the one prefilling and those running."""
@@ -294,6 +308,13 @@ class Scheduler:
         choice.finished = True
         self._running.pop(choice.slot, None)
         self.slots.release(choice.slot, cached)
+
+    def _end_choice(self, request: _Request, choice: Choice, reason: str) -> None:
+        """End one unfinished ``choice`` of ``request`` with ``reason``; free its slot."""
+        if not choice.finished:
+            self._free(choice, choice.history[:-1])
+            self._count(reason)
+            request.ticket.put(TokenEvent(choice.index, None, finish_reason=reason))
 
     def _end(self, request: _Request, reason: str, error: str | None = None) -> None:
         """End every unfinished choice of ``request`` with ``reason``; free its slots."""
