@@ -44,3 +44,17 @@ MAX_NEW_TOKENS_CHAT = 256  # chat, per answer
 def default_step_tokens(max_seq_len: int) -> int:
     """``max_step_tokens`` when none is given: ``min(MAX_STEP_TOKENS, max_seq_len)``."""
     return min(MAX_STEP_TOKENS, max_seq_len)
+
+
+THREADS_ENV = "TRT_KV_THREADS"  # the environment variable that sets the CPU threads
+
+
+def default_threads() -> int:
+    """Threads the CPU interpreter's products run on when none is given: ``$TRT_KV_THREADS``
+    where set to a positive integer, else the cores this process may run on."""
+    import os
+
+    value = os.environ.get(THREADS_ENV, "")
+    if value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0))

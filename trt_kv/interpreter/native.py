@@ -23,7 +23,7 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
-SIGNATURES = 9  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 10  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -69,6 +69,7 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             panels += (lib.trt_kv_panels_wide_float16, lib.trt_kv_panels_wide_float32)
             wide, attention = lib.trt_kv_native_wide, lib.trt_kv_attention_float32
             rope, sigmoid = lib.trt_kv_rope_float32, lib.trt_kv_sigmoid_float32
+            blocks = (lib.trt_kv_blocks_product, lib.trt_kv_blocks_panels)
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
         for fn in (*products, *panels):
@@ -77,9 +78,12 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         attention.argtypes += [pointer, size, ctypes.c_float, pointer]
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
         sigmoid.argtypes = [pointer, pointer, size]
+        for fn in blocks:
+            fn.argtypes = [pointer, ctypes.c_int, *[size] * 3, *[pointer] * 3, size, pointer]
+            fn.argtypes += [size, ctypes.c_int]
         for fn in (lib.trt_kv_round_float16, lib.trt_kv_widen_float16, *products, rope, sigmoid):
             fn.restype = None
-        for fn in (*panels, wide, attention):
+        for fn in (*panels, wide, attention, *blocks):
             fn.restype = ctypes.c_int
         return lib
     return None
@@ -324,4 +328,41 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, _F32)
     if out.size:
         LIB.trt_kv_sigmoid_float32(address(x), address(out), x.size)
+    return out
+
+
+def block_product(
+    codes: np.ndarray,
+    bits: int,
+    block: int,
+    scales: np.ndarray,
+    offsets: np.ndarray | None,
+    x: np.ndarray,
+    threads: int = 1,
+    panels: bool = False,
+    wide: bool = WIDE,
+) -> np.ndarray:
+    """``x [M, K] @ w^T`` -> float32 ``[M, N]`` for a weight held in blocks
+    (:class:`~trt_kv.interpreter.blocks.BlockWeight`: ``codes`` uint8 ``[N, K / 2]`` for
+    ``bits`` 4 or int8 ``[N, K]`` for 8, float16 ``scales`` and ``offsets`` ``[N, K / block]``),
+    read where it lies: ``w = d * code + o``. ``panels``: many rows (a prefill chunk), each
+    weight tile dequantized then multiplied as :func:`panel_product`; else each element
+    ``d . (codes . x)`` per block plus ``o . (x summed per block)``. The weight rows are split
+    across ``threads`` (never K: the same bits for any count); ``wide``: AVX-512.
+
+    Raises:
+        MemoryError: no memory for the call's scratch; nothing is computed.
+    """
+    expect_dtype("x", x, _F32)
+    x = _contiguous_aligned(x)
+    n, k = scales.shape[0], x.shape[1]
+    out = np.empty((x.shape[0], n), _F32)
+    if out.size:
+        fn = LIB.trt_kv_blocks_panels if panels else LIB.trt_kv_blocks_product
+        where = 0 if offsets is None else offsets.ctypes.data
+        if fn(
+            codes.ctypes.data, bits, n, k, block, scales.ctypes.data, where,
+            address(x), x.shape[0], address(out), max(1, threads), int(wide and WIDE),
+        ):  # fmt: skip
+            raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
     return out
