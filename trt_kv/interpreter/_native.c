@@ -134,6 +134,120 @@ F16C static inline float lanes_sum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* -- a small pool of threads: a product's weight rows (N) split across them, never K, so
+ * each element is the same sum whatever the count ------------------------------------------ */
+typedef void (*range_fn)(void *arg, size_t lo, size_t hi);
+#define MAX_THREADS 64
+#define SPINS 20000 /* pauses a worker spins for the next call before it sleeps */
+static struct {
+    pthread_mutex_t call, lock; /* call: one caller at a time (others run alone) */
+    pthread_cond_t wake;
+    atomic_ulong generation;
+    atomic_int pending;
+    int started;
+    range_fn fn;
+    void *arg;
+    size_t n, unit, parts;
+    unsigned long born[MAX_THREADS];
+} pool = {.call = PTHREAD_MUTEX_INITIALIZER,
+          .lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER};
+
+static void part_range(size_t part, size_t *lo, size_t *hi) {
+    size_t units = (pool.n + pool.unit - 1) / pool.unit;
+    size_t a = units * part / pool.parts, b = units * (part + 1) / pool.parts;
+    *lo = a * pool.unit;
+    *hi = b * pool.unit < pool.n ? b * pool.unit : pool.n;
+}
+
+static void *pool_worker(void *p) {
+    size_t id = (size_t)p;
+    unsigned long seen = pool.born[id]; /* the generation before its first call */
+    for (;;) {
+        unsigned long g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen &&
+               spins++ < SPINS)
+            _mm_pause();
+        if (g == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while ((g = atomic_load(&pool.generation)) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = g;
+        if (id < pool.parts) {
+            size_t lo, hi;
+            part_range(id, &lo, &hi);
+            if (lo < hi) pool.fn(pool.arg, lo, hi);
+        }
+        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void pool_after_fork(void) { /* the child has none of the parent's workers */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    pool.call = pool.lock = fresh;
+    pool.wake = cond;
+    pool.started = 0;
+}
+
+/* fn(arg, lo, hi) over [0, n) in parts of whole units, on up to threads threads (this one
+ * included); alone when threads <= 1, when n holds one unit, or while another call runs. */
+static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t threads) {
+    size_t units = (n + unit - 1) / unit;
+    size_t parts = threads < units ? threads : units;
+    if (parts > MAX_THREADS) parts = MAX_THREADS;
+    if (parts <= 1 || pthread_mutex_trylock(&pool.call)) {
+        fn(arg, 0, n);
+        return;
+    }
+    static int registered;
+    if (!registered) registered = !pthread_atfork(NULL, NULL, pool_after_fork);
+    while ((size_t)pool.started + 1 < parts) {
+        pthread_t t;
+        pool.born[pool.started + 1] = atomic_load(&pool.generation);
+        if (pthread_create(&t, NULL, pool_worker, (void *)(size_t)(pool.started + 1))) break;
+        pthread_detach(t);
+        pool.started++;
+    }
+    if ((size_t)pool.started + 1 < parts) parts = (size_t)pool.started + 1;
+    pool.fn = fn, pool.arg = arg, pool.n = n, pool.unit = unit, pool.parts = parts;
+    atomic_store(&pool.pending, pool.started);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    size_t lo, hi;
+    part_range(0, &lo, &hi);
+    fn(arg, lo, hi);
+    while (atomic_load_explicit(&pool.pending, memory_order_acquire)) _mm_pause();
+    pthread_mutex_unlock(&pool.call);
+}
+
+/* A product's operands, for the parts the pool runs (packed: the panels of x, or NULL). */
+typedef struct {
+    const void *w;
+    size_t n, k;
+    const float *x;
+    size_t rows;
+    float *out;
+    const float *packed;
+    size_t panels;
+} dense_job;
+
+/* Weight rows a part (a multiple of unit): at least ~64K weight elements, so that a small
+ * product is not split into parts that cost more to hand out than to compute. */
+static size_t part_rows(size_t k, size_t unit) {
+    size_t rows = (65536 / (k ? k : 1) + unit - 1) / unit * unit;
+    return rows > unit ? rows : unit;
+}
+
 #define TILE_W 4 /* weight rows a tile */
 #define TILE_X 2 /* input rows a tile: TILE_W * TILE_X running sums, 8 of 16 registers */
 /* Up to STREAM_ROWS input rows, the weight is read one row at a time against STREAM_X input
@@ -188,10 +302,10 @@ F16C static inline float one_float32(float f) { return f; }
         }                                                                                     \
     }                                                                                         \
                                                                                               \
-    F16C void trt_kv_product_##NAME(const T *w, size_t n, size_t k, const float *x,          \
-                                    size_t rows, float *out) {                                \
+    F16C static void product_rows_##NAME(const T *w, size_t n, size_t lo, size_t hi,          \
+                                         size_t k, const float *x, size_t rows, float *out) { \
         if (rows <= STREAM_ROWS) {                                                            \
-            for (size_t r = 0; r < n; r++) {                                                  \
+            for (size_t r = lo; r < hi; r++) {                                                \
                 const T *wr = w + r * k;                                                      \
                 size_t m = 0;                                                                 \
                 for (; m + STREAM_X <= rows; m += STREAM_X)                                   \
@@ -204,20 +318,31 @@ F16C static inline float one_float32(float f) { return f; }
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
-        size_t r = 0;                                                                         \
-        for (; r + TILE_W <= n; r += TILE_W) {                                                \
+        size_t r = lo;                                                                        \
+        for (; r + TILE_W <= hi; r += TILE_W) {                                               \
             const T *wr = w + r * k;                                                          \
             /* the next full tile to fetch, or this one again: every read stays inside w */   \
-            const T *next = r + 2 * TILE_W <= n ? wr + TILE_W * k : wr;                       \
+            const T *next = r + 2 * TILE_W <= hi ? wr + TILE_W * k : wr;                      \
             size_t m = 0;                                                                     \
             for (; m + TILE_X <= rows; m += TILE_X)                                           \
                 tile_##NAME(wr, k, x + m * k, n, out + m * n + r, TILE_W, TILE_X, next);      \
             for (; m < rows; m++)                                                             \
                 tile_##NAME(wr, k, x + m * k, n, out + m * n + r, TILE_W, 1, next);           \
         }                                                                                     \
-        for (; r < n; r++)                                                                    \
+        for (; r < hi; r++)                                                                   \
             for (size_t m = 0; m < rows; m++)                                                 \
                 tile_##NAME(w + r * k, k, x + m * k, n, out + m * n + r, 1, 1, w + r * k);    \
+    }                                                                                         \
+                                                                                              \
+    F16C static void product_part_##NAME(void *arg, size_t lo, size_t hi) {                   \
+        const dense_job *j = arg;                                                             \
+        product_rows_##NAME(j->w, j->n, lo, hi, j->k, j->x, j->rows, j->out);                 \
+    }                                                                                         \
+                                                                                              \
+    F16C void trt_kv_product_##NAME(const T *w, size_t n, size_t k, const float *x,          \
+                                    size_t rows, float *out, size_t threads) {                \
+        dense_job j = {w, n, k, x, rows, out, NULL, 0};                                       \
+        parallel(product_part_##NAME, &j, n, part_rows(k, 16), threads);                      \
     }
 
 PRODUCT(uint16_t, float16)
@@ -387,22 +512,37 @@ F16C static inline const float *as_float32_float16(const uint16_t *w, size_t cou
  * in tiles of WIDTH weight rows against STEP panels (kind K, as tiles_K); returns 0, or -1
  * (nothing written) when the panels' memory cannot be had. */
 #define PANELS(T, NAME, KIND, TARGET, WIDTH, STEP)                                             \
-    TARGET int trt_kv_##KIND##_##NAME(const T *w, size_t n, size_t k, const float *x,          \
-                                      size_t rows, float *out) {                               \
-        size_t panels = (rows + PANEL - 1) / PANEL;                                            \
-        float *packed = malloc((panels * PANEL + WIDTH) * k * sizeof(float) + 1); /* K 0 */    \
-        if (!packed) return -1;                                                                \
-        float *block = packed + panels * PANEL * k;                                            \
-        pack_panels(x, rows, k, packed, panels);                                               \
-        for (size_t r = 0; r < n; r += WIDTH) {                                                \
-            size_t nw = n - r < WIDTH ? n - r : WIDTH;                                         \
+    TARGET static void KIND##_part_##NAME(void *arg, size_t lo, size_t hi) {                   \
+        const dense_job *j = arg;                                                              \
+        const T *w = j->w;                                                                     \
+        const size_t k = j->k, n = j->n, rows = j->rows;                                       \
+        float *block = malloc(WIDTH * k * sizeof(float) + 1); /* checked by the caller */     \
+        if (!block) return;                                                                    \
+        for (size_t r = lo; r < hi; r += WIDTH) {                                              \
+            size_t nw = hi - r < WIDTH ? hi - r : WIDTH;                                       \
             const float *wf = as_float32_##NAME(w + r * k, nw * k, block);                     \
-            for (size_t p = 0; p < panels; p += STEP) {                                        \
+            for (size_t p = 0; p < j->panels; p += STEP) {                                     \
                 size_t m = rows - p * PANEL < STEP * PANEL ? rows - p * PANEL : STEP * PANEL;  \
-                const float *panel = packed + p * PANEL * k;                                   \
-                tiles_##KIND(wf, nw, k, panel, out + p * PANEL * n + r, n, m);                 \
+                const float *panel = j->packed + p * PANEL * k;                                \
+                tiles_##KIND(wf, nw, k, panel, j->out + p * PANEL * n + r, n, m);              \
             }                                                                                  \
         }                                                                                      \
+        free(block);                                                                           \
+    }                                                                                          \
+                                                                                               \
+    TARGET int trt_kv_##KIND##_##NAME(const T *w, size_t n, size_t k, const float *x,          \
+                                      size_t rows, float *out, size_t threads) {               \
+        size_t panels = (rows + PANEL - 1) / PANEL;                                            \
+        float *packed = malloc(panels * PANEL * k * sizeof(float) + 1); /* K 0 */              \
+        void *probe = malloc(WIDTH * k * sizeof(float) + 1);                                   \
+        if (!packed || !probe) {                                                               \
+            free(packed), free(probe);                                                         \
+            return -1;                                                                         \
+        }                                                                                      \
+        free(probe);                                                                           \
+        pack_panels(x, rows, k, packed, panels);                                               \
+        dense_job j = {w, n, k, x, rows, out, packed, panels};                                 \
+        parallel(KIND##_part_##NAME, &j, n, part_rows(k, WIDTH), threads);                     \
         free(packed);                                                                          \
         return 0;                                                                              \
     }
@@ -709,101 +849,6 @@ F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, si
  * (d * code + o, gguf's own float32 values) into a block and multiplied like a float32 weight
  * by the panel product above. Both split the weight rows (N) across threads, never K.
  */
-#include <pthread.h>
-#include <stdatomic.h>
-
-/* -- a small pool of threads, each call's weight rows split across it ---------------------- */
-typedef void (*range_fn)(void *arg, size_t lo, size_t hi);
-#define MAX_THREADS 64
-#define SPINS 20000 /* pauses a worker spins for the next call before it sleeps */
-static struct {
-    pthread_mutex_t call, lock; /* call: one caller at a time (others run alone) */
-    pthread_cond_t wake;
-    atomic_ulong generation;
-    atomic_int pending;
-    int started;
-    range_fn fn;
-    void *arg;
-    size_t n, unit, parts;
-    unsigned long born[MAX_THREADS];
-} pool = {.call = PTHREAD_MUTEX_INITIALIZER,
-          .lock = PTHREAD_MUTEX_INITIALIZER,
-          .wake = PTHREAD_COND_INITIALIZER};
-
-static void part_range(size_t part, size_t *lo, size_t *hi) {
-    size_t units = (pool.n + pool.unit - 1) / pool.unit;
-    size_t a = units * part / pool.parts, b = units * (part + 1) / pool.parts;
-    *lo = a * pool.unit;
-    *hi = b * pool.unit < pool.n ? b * pool.unit : pool.n;
-}
-
-static void *pool_worker(void *p) {
-    size_t id = (size_t)p;
-    unsigned long seen = pool.born[id]; /* the generation before its first call */
-    for (;;) {
-        unsigned long g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen &&
-               spins++ < SPINS)
-            _mm_pause();
-        if (g == seen) {
-            pthread_mutex_lock(&pool.lock);
-            while ((g = atomic_load(&pool.generation)) == seen)
-                pthread_cond_wait(&pool.wake, &pool.lock);
-            pthread_mutex_unlock(&pool.lock);
-        }
-        seen = g;
-        if (id < pool.parts) {
-            size_t lo, hi;
-            part_range(id, &lo, &hi);
-            if (lo < hi) pool.fn(pool.arg, lo, hi);
-        }
-        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
-    }
-    return NULL;
-}
-
-static void pool_after_fork(void) { /* the child has none of the parent's workers */
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-    pool.call = pool.lock = fresh;
-    pool.wake = cond;
-    pool.started = 0;
-}
-
-/* fn(arg, lo, hi) over [0, n) in parts of whole units, on up to threads threads (this one
- * included); alone when threads <= 1, when n holds one unit, or while another call runs. */
-static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t threads) {
-    size_t units = (n + unit - 1) / unit;
-    size_t parts = threads < units ? threads : units;
-    if (parts > MAX_THREADS) parts = MAX_THREADS;
-    if (parts <= 1 || pthread_mutex_trylock(&pool.call)) {
-        fn(arg, 0, n);
-        return;
-    }
-    static int registered;
-    if (!registered) registered = !pthread_atfork(NULL, NULL, pool_after_fork);
-    while ((size_t)pool.started + 1 < parts) {
-        pthread_t t;
-        pool.born[pool.started + 1] = atomic_load(&pool.generation);
-        if (pthread_create(&t, NULL, pool_worker, (void *)(size_t)(pool.started + 1))) break;
-        pthread_detach(t);
-        pool.started++;
-    }
-    if ((size_t)pool.started + 1 < parts) parts = (size_t)pool.started + 1;
-    pool.fn = fn, pool.arg = arg, pool.n = n, pool.unit = unit, pool.parts = parts;
-    atomic_store(&pool.pending, pool.started);
-    pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
-    size_t lo, hi;
-    part_range(0, &lo, &hi);
-    fn(arg, lo, hi);
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire)) _mm_pause();
-    pthread_mutex_unlock(&pool.call);
-}
-
 /* -- the block products -------------------------------------------------------------------- */
 typedef struct {
     const uint8_t *codes;
@@ -1011,7 +1056,7 @@ F16C int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t 
     float *sums = NULL;
     if ((offsets || bits == 4) && !(sums = block_sums(x, rows, k, block))) return -1;
     j.sums = sums;
-    parallel(wide ? block_rows_wide : block_rows, &j, n, 16, threads);
+    parallel(wide ? block_rows_wide : block_rows, &j, n, part_rows(k / 4, 16), threads);
     free(sums);
     return 0;
 }
@@ -1073,7 +1118,7 @@ F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k
     pack_panels(x, rows, k, packed, panels);
     blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, packed, panels};
     size_t unit = wide ? WIDE_W : PANEL_W;
-    parallel(wide ? block_panels_wide : block_panels, &j, n, unit * 4, threads);
+    parallel(wide ? block_panels_wide : block_panels, &j, n, part_rows(k, unit), threads);
     free(packed);
     return 0;
 }
@@ -1092,38 +1137,38 @@ void trt_kv_widen_float16(const uint16_t *h, size_t rows, size_t stride, size_t 
 }
 
 void trt_kv_product_float16(const uint16_t *w, size_t n, size_t k, const float *x, size_t rows,
-                            float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                            float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
 }
 
 void trt_kv_product_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
-                            float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                            float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
 }
 
 int trt_kv_panels_float16(const uint16_t *w, size_t n, size_t k, const float *x, size_t rows,
-                          float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                          float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
 int trt_kv_panels_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
-                          float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                          float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
 int trt_kv_native_wide(void) { return 0; }
 
 int trt_kv_panels_wide_float16(const uint16_t *w, size_t n, size_t k, const float *x,
-                               size_t rows, float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                               size_t rows, float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
 int trt_kv_panels_wide_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
-                               float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                               float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 

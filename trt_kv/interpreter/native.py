@@ -73,7 +73,7 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
         for fn in (*products, *panels):
-            fn.argtypes = [pointer, size, size, pointer, size, pointer]
+            fn.argtypes = [pointer, size, size, pointer, size, pointer, size]
         attention.argtypes = [pointer, *[size] * 4, pointer, pointer, size, size, pointer]
         attention.argtypes += [pointer, size, ctypes.c_float, pointer]
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
@@ -177,22 +177,23 @@ def _operands(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return _contiguous_aligned(x), _contiguous_aligned(w), np.empty((x.shape[0], w.shape[0]), _F32)
 
 
-def product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def product(x: np.ndarray, w: np.ndarray, threads: int = 1) -> np.ndarray:
     """``x [M, K] @ w^T`` -> float32 ``[M, N]`` for float32 rows ``x`` and a float16 or
     float32 weight ``w [N, K]`` (``nn.Linear`` layout), each weight element read once as
     stored (float16 widened exactly); sums in float32, each element's in an order that does
     not depend on ``M`` or on the other rows of ``w`` (so a product of stacked weights gives
     each one's bits). Meant for a few rows: up to 4, one weight row at a time in one stream
     through memory (~0.09 us a float32 row of 576 at one row, on an AMD EPYC here, against
-    BLAS's ~0.19); more, in tiles of four weight rows."""
+    BLAS's ~0.19); more, in tiles of four weight rows. The weight rows are split across
+    ``threads`` (the same bits for any count)."""
     x, w, out = _operands(x, w)
     if out.size:
         fn = getattr(LIB, _PRODUCTS[w.dtype])
-        fn(address(w), *w.shape, address(x), x.shape[0], address(out))
+        fn(address(w), *w.shape, address(x), x.shape[0], address(out), max(1, threads))
     return out
 
 
-def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray:
+def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE, threads: int = 1) -> np.ndarray:
     """``x [M, K] @ w^T`` as :func:`product` (same operands, same result within float32
     rounding) for many rows, a prefill chunk: ``x`` copied into transposed panels of 16 rows,
     each tile of weight rows (float16 widened first) multiplied against every panel, as a
@@ -200,7 +201,8 @@ def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray
     default where :data:`WIDE`) 12 rows against two. Each element is one float32 sum over K in
     order, the same bits either way (another order than :func:`product`'s, again whatever
     else is computed with it). At 128 rows on one AMD EPYC (Zen 4) core here ~10% (AVX2) and
-    ~20% (AVX-512) faster than OpenBLAS; slower from ~256 (the plan keeps BLAS there).
+    ~20% (AVX-512) faster than OpenBLAS; slower from ~256 (the plan keeps BLAS there). The
+    weight rows are split across ``threads`` (the same bits for any count).
 
     Raises:
         MemoryError: no memory for the panels (a copy of ``x``); nothing is computed.
@@ -211,7 +213,7 @@ def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray
     x, w, out = _operands(x, w)
     if out.size:
         fn = getattr(LIB, (_WIDE_PANELS if wide else _PANELS)[w.dtype])
-        if fn(address(w), *w.shape, address(x), x.shape[0], address(out)):
+        if fn(address(w), *w.shape, address(x), x.shape[0], address(out), max(1, threads)):
             raise MemoryError(f"panels of x {x.shape}: no memory for a copy of x")
     return out
 

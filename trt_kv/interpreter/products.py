@@ -191,9 +191,9 @@ def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight) -> Array:
             w.codes, w.bits, w.block, w.scales, w.offsets, x, _threads[0], route is _BLOCK_PANELS
         )
     if route is _NATIVE:
-        return native.product(x, w)
+        return native.product(x, w, threads=_threads[0])
     if route is _PANELS:
-        return native.panel_product(x, w)
+        return native.panel_product(x, w, threads=_threads[0])
     if route is _ROW_DOTS:
         return row_dots(w, x[0])[None]
     if route is _FEW_ROWS:
