@@ -135,6 +135,7 @@ F16C static inline float lanes_sum(__m256 v) {
 }
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 /* -- a small pool of threads: a product's weight rows (N) split across them, never K, so
@@ -226,7 +227,10 @@ static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t threa
     size_t lo, hi;
     part_range(0, &lo, &hi);
     fn(arg, lo, hi);
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire)) _mm_pause();
+    /* the workers' parts: spin, then yield (on a busy machine a worker may wait for a core) */
+    for (int spins = 0; atomic_load_explicit(&pool.pending, memory_order_acquire); spins++)
+        if (spins < SPINS) _mm_pause();
+        else sched_yield();
     pthread_mutex_unlock(&pool.call);
 }
 
