@@ -886,14 +886,20 @@ F16C static inline void row_fields(const uint16_t *h, size_t count, float *f) {
     for (; i < count; i++) f[i] = widen_one(h[i]);
 }
 
-/* A weight row's offsets o [k / block] as the block products add them: the stored ones (or 0)
- * less 8 d for 4-bit codes, which block_row reads unsigned (code + 8). */
-F16C static inline void row_offsets(const blocks_job *j, size_t r, const float *d, float *o) {
+/* The offsets o [count] of consecutive weight rows as the block products add them: the stored
+ * ones (or 0) less 8 d for 4-bit codes, which block_row reads unsigned (code + 8); d [count]
+ * the rows' scales. */
+F16C static inline void rows_offsets(const blocks_job *j, size_t first, size_t count,
+                                     const float *d, float *o) {
     const size_t nb = j->k / j->block;
-    if (j->offsets) row_fields(j->offsets + r * nb, nb, o);
-    else memset(o, 0, nb * sizeof(float));
-    if (j->bits == 4)
-        for (size_t b = 0; b < nb; b++) o[b] -= 8.0f * d[b];
+    if (j->offsets) row_fields(j->offsets + first * nb, count, o);
+    else memset(o, 0, count * sizeof(float));
+    if (j->bits != 4) return;
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    size_t b = 0;
+    for (; b + 8 <= count; b += 8) /* 8 d is exact: one rounding, as o - 8 d */
+        _mm256_storeu_ps(o + b, _mm256_fnmadd_ps(eight, _mm256_loadu_ps(d + b), _mm256_loadu_ps(o + b)));
+    for (; b < count; b++) o[b] -= 8.0f * d[b];
 }
 
 /* o . sums over the blocks: eight lanes, then the lanes, then the tail (a fixed order). */
@@ -969,38 +975,52 @@ WIDE static inline __attribute__((always_inline)) __m512 nibbles16(const uint8_t
 }
 
 /* AVX-512: as block_row, sixteen lanes (a 16-weight block one vector). */
-WIDE static inline __attribute__((always_inline)) void block_row_wide(
-    const blocks_job *j, size_t r, const float *d, const float *x, __m512 acc[4], const int nx) {
-    const size_t k = j->k, bytes = j->bits == 4 ? 16 : 32;
-    const uint8_t *p = j->codes + r * (k / 32) * bytes;
-    for (int i = 0; i < nx; i++) acc[i] = _mm512_setzero_ps();
-    for (size_t g = 0; g < k / 32; g++, p += bytes) {
-        __m512 w0, w1;
-        if (j->bits == 4) {
-            w0 = nibbles16(p, 0), w1 = nibbles16(p, 1);
-        } else {
-            w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-            w1 = _mm512_cvtepi32_ps(
-                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+/* AVX-512: the 32 codes of group g (at p) against nx input rows from x, into acc. */
+WIDE static inline __attribute__((always_inline)) void group_wide(
+    const blocks_job *j, const uint8_t *p, size_t g, const float *d, const float *x,
+    __m512 acc[4], const int nx) {
+    const size_t k = j->k;
+    __m512 w0, w1;
+    if (j->bits == 4) {
+        w0 = nibbles16(p, 0), w1 = nibbles16(p, 1);
+    } else {
+        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+    }
+    const float *xg = x + g * 32;
+    if (j->block == 32) {
+        __m512 s = _mm512_set1_ps(d[g]);
+        for (int i = 0; i < nx; i++) {
+            const float *xi = xg + i * k;
+            __m512 t = _mm512_mul_ps(w0, _mm512_loadu_ps(xi));
+            t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), t);
+            acc[i] = _mm512_fmadd_ps(s, t, acc[i]);
         }
-        const float *xg = x + g * 32;
-        if (j->block == 32) {
-            __m512 s = _mm512_set1_ps(d[g]);
-            for (int i = 0; i < nx; i++) {
-                const float *xi = xg + i * k;
-                __m512 t = _mm512_mul_ps(w0, _mm512_loadu_ps(xi));
-                t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), t);
-                acc[i] = _mm512_fmadd_ps(s, t, acc[i]);
-            }
-        } else {
-            __m512 s0 = _mm512_set1_ps(d[2 * g]), s1 = _mm512_set1_ps(d[2 * g + 1]);
-            for (int i = 0; i < nx; i++) {
-                const float *xi = xg + i * k;
-                acc[i] = _mm512_fmadd_ps(s0, _mm512_mul_ps(w0, _mm512_loadu_ps(xi)), acc[i]);
-                acc[i] = _mm512_fmadd_ps(s1, _mm512_mul_ps(w1, _mm512_loadu_ps(xi + 16)), acc[i]);
-            }
+    } else {
+        __m512 s0 = _mm512_set1_ps(d[2 * g]), s1 = _mm512_set1_ps(d[2 * g + 1]);
+        for (int i = 0; i < nx; i++) {
+            const float *xi = xg + i * k;
+            acc[i] = _mm512_fmadd_ps(s0, _mm512_mul_ps(w0, _mm512_loadu_ps(xi)), acc[i]);
+            acc[i] = _mm512_fmadd_ps(s1, _mm512_mul_ps(w1, _mm512_loadu_ps(xi + 16)), acc[i]);
         }
     }
+}
+
+/* AVX-512: as block_row, sixteen lanes (a 16-weight block one vector), even and odd groups
+ * summed apart (two chains of additions), then added. */
+WIDE static inline __attribute__((always_inline)) void block_row_wide(
+    const blocks_job *j, size_t r, const float *d, const float *x, __m512 acc[4], const int nx) {
+    const size_t groups = j->k / 32, bytes = j->bits == 4 ? 16 : 32;
+    const uint8_t *p = j->codes + r * groups * bytes;
+    __m512 odd[4];
+    for (int i = 0; i < nx; i++) acc[i] = odd[i] = _mm512_setzero_ps();
+    size_t g = 0;
+    for (; g + 2 <= groups; g += 2, p += 2 * bytes) {
+        group_wide(j, p, g, d, x, acc, nx);
+        group_wide(j, p + bytes, g + 1, d, x, odd, nx);
+    }
+    if (g < groups) group_wide(j, p, g, d, x, acc, nx);
+    for (int i = 0; i < nx; i++) acc[i] = _mm512_add_ps(acc[i], odd[i]);
 }
 
 WIDE static inline float lanes_sum_wide(__m512 v) {
@@ -1013,24 +1033,29 @@ WIDE static inline float lanes_sum_wide(__m512 v) {
     TARGET static void NAME(void *arg, size_t lo, size_t hi) {                                 \
         const blocks_job *j = arg;                                                             \
         const size_t nb = j->k / j->block, n = j->n;                                           \
-        float d[nb], o[nb];                                                                    \
-        for (size_t r = lo; r < hi; r++) {                                                     \
-            row_fields(j->scales + r * nb, nb, d);                                             \
-            if (j->sums) row_offsets(j, r, d, o);                                              \
-            for (size_t m = 0; m < j->rows; m += 4) {                                          \
-                VEC acc[4];                                                                    \
-                const float *x = j->x + m * j->k;                                              \
-                size_t nx = j->rows - m < 4 ? j->rows - m : 4;                                 \
-                switch (nx) {                                                                  \
-                case 4: ROW(j, r, d, x, acc, 4); break;                                        \
-                case 3: ROW(j, r, d, x, acc, 3); break;                                        \
-                case 2: ROW(j, r, d, x, acc, 2); break;                                        \
-                default: ROW(j, r, d, x, acc, 1); break;                                       \
-                }                                                                              \
-                for (size_t i = 0; i < nx; i++) {                                              \
-                    float s = SUM(acc[i]);                                                     \
-                    if (j->sums) s += offsets_dot(o, j->sums + (m + i) * nb, nb);              \
-                    j->out[(m + i) * n + r] = s;                                               \
+        const size_t cap = nb > 2048 ? nb : 2048, chunk = cap / nb;                            \
+        float d[cap], o[cap]; /* the scales and offsets of up to chunk rows, widened */        \
+        for (size_t c0 = lo; c0 < hi; c0 += chunk) {                                           \
+            size_t c1 = c0 + chunk < hi ? c0 + chunk : hi;                                     \
+            row_fields(j->scales + c0 * nb, (c1 - c0) * nb, d);                                \
+            if (j->sums) rows_offsets(j, c0, (c1 - c0) * nb, d, o);                            \
+            for (size_t r = c0; r < c1; r++) {                                                 \
+                const float *dr = d + (r - c0) * nb, *orow = o + (r - c0) * nb;                \
+                for (size_t m = 0; m < j->rows; m += 4) {                                      \
+                    VEC acc[4];                                                                \
+                    const float *x = j->x + m * j->k;                                          \
+                    size_t nx = j->rows - m < 4 ? j->rows - m : 4;                             \
+                    switch (nx) {                                                              \
+                    case 4: ROW(j, r, dr, x, acc, 4); break;                                   \
+                    case 3: ROW(j, r, dr, x, acc, 3); break;                                   \
+                    case 2: ROW(j, r, dr, x, acc, 2); break;                                   \
+                    default: ROW(j, r, dr, x, acc, 1); break;                                  \
+                    }                                                                          \
+                    for (size_t i = 0; i < nx; i++) {                                          \
+                        float s = SUM(acc[i]);                                                 \
+                        if (j->sums) s += offsets_dot(orow, j->sums + (m + i) * nb, nb);       \
+                        j->out[(m + i) * n + r] = s;                                           \
+                    }                                                                          \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
