@@ -169,3 +169,19 @@ def test_a_float32_network_of_non_float16_scales_keeps_its_layers():
     out = compile_network(_linear_network(q, "float32", rank=2)).run({"x": x})["y"]
     assert sum(blocks.COUNTS.values()) == before
     np.testing.assert_allclose(out, x @ q.dequantize().T, rtol=1e-5, atol=1e-4)
+
+
+def test_without_the_helper_a_plan_runs_the_fused_product_in_numpy(monkeypatch):
+    """The fused step where the helper is not built (half.NATIVE False, as choose reads it
+    on every call): the NumPy route, counted, the same values within float32 rounding."""
+    raw, _ = _stored("Q4_1")
+    q = keep_quantized("Q4_1", raw, (16, 256), lambda: pytest.fail("re-quantized"))
+    plan = compile_network(_linear_network(q, "float32", rank=2))
+    x = RNG.standard_normal((3, 256)).astype(np.float32)
+    helper = plan.run({"x": x})["y"]
+    monkeypatch.setattr(products.half, "NATIVE", False)
+    before = blocks.COUNTS["block_numpy"]
+    out = plan.run({"x": x})["y"]
+    assert blocks.COUNTS["block_numpy"] == before + 1
+    np.testing.assert_allclose(out, helper, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, x @ q.dequantize().T, rtol=1e-5, atol=1e-4)
