@@ -925,7 +925,7 @@ F16C static inline __attribute__((always_inline)) __m256 nibbles8(const uint8_t 
  * codes (4 bits: unsigned) times x in eight lanes, times the block's scale, summed. */
 F16C static inline __attribute__((always_inline)) void block_row(const blocks_job *j, size_t r,
                                                                  const float *d, const float *x,
-                                                                 __m256 acc[4], const int nx) {
+                                                                 __m256 acc[8], const int nx) {
     const size_t k = j->k, bytes = j->bits == 4 ? 16 : 32;
     const uint8_t *p = j->codes + r * (k / 32) * bytes;
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
@@ -978,7 +978,7 @@ WIDE static inline __attribute__((always_inline)) __m512 nibbles16(const uint8_t
 /* AVX-512: the 32 codes of group g (at p) against nx input rows from x, into acc. */
 WIDE static inline __attribute__((always_inline)) void group_wide(
     const blocks_job *j, const uint8_t *p, size_t g, const float *d, const float *x,
-    __m512 acc[4], const int nx) {
+    __m512 acc[8], const int nx) {
     const size_t k = j->k;
     __m512 w0, w1;
     if (j->bits == 4) {
@@ -1009,10 +1009,10 @@ WIDE static inline __attribute__((always_inline)) void group_wide(
 /* AVX-512: as block_row, sixteen lanes (a 16-weight block one vector), even and odd groups
  * summed apart (two chains of additions), then added. */
 WIDE static inline __attribute__((always_inline)) void block_row_wide(
-    const blocks_job *j, size_t r, const float *d, const float *x, __m512 acc[4], const int nx) {
+    const blocks_job *j, size_t r, const float *d, const float *x, __m512 acc[8], const int nx) {
     const size_t groups = j->k / 32, bytes = j->bits == 4 ? 16 : 32;
     const uint8_t *p = j->codes + r * groups * bytes;
-    __m512 odd[4];
+    __m512 odd[8];
     for (int i = 0; i < nx; i++) acc[i] = odd[i] = _mm512_setzero_ps();
     size_t g = 0;
     for (; g + 2 <= groups; g += 2, p += 2 * bytes) {
@@ -1029,7 +1029,7 @@ WIDE static inline float lanes_sum_wide(__m512 v) {
 }
 
 /* Weight rows [lo, hi) of a decode product, four input rows at a time (AVX2 or AVX-512). */
-#define BLOCK_ROWS(NAME, TARGET, VEC, ROW, SUM)                                                \
+#define BLOCK_ROWS(NAME, TARGET, VEC, ROW, SUM, T)                                              \
     TARGET static void NAME(void *arg, size_t lo, size_t hi) {                                 \
         const blocks_job *j = arg;                                                             \
         const size_t nb = j->k / j->block, n = j->n;                                           \
@@ -1041,11 +1041,15 @@ WIDE static inline float lanes_sum_wide(__m512 v) {
             if (j->sums) rows_offsets(j, c0, (c1 - c0) * nb, d, o);                            \
             for (size_t r = c0; r < c1; r++) {                                                 \
                 const float *dr = d + (r - c0) * nb, *orow = o + (r - c0) * nb;                \
-                for (size_t m = 0; m < j->rows; m += 4) {                                      \
-                    VEC acc[4];                                                                \
+                for (size_t m = 0; m < j->rows; m += T) {                                      \
+                    VEC acc[8]; /* T used: the cases past T never run */                \
                     const float *x = j->x + m * j->k;                                          \
-                    size_t nx = j->rows - m < 4 ? j->rows - m : 4;                             \
+                    size_t nx = j->rows - m < T ? j->rows - m : T;                             \
                     switch (nx) {                                                              \
+                    case 8: ROW(j, r, dr, x, acc, 8); break;                                   \
+                    case 7: ROW(j, r, dr, x, acc, 7); break;                                   \
+                    case 6: ROW(j, r, dr, x, acc, 6); break;                                   \
+                    case 5: ROW(j, r, dr, x, acc, 5); break;                                   \
                     case 4: ROW(j, r, dr, x, acc, 4); break;                                   \
                     case 3: ROW(j, r, dr, x, acc, 3); break;                                   \
                     case 2: ROW(j, r, dr, x, acc, 2); break;                                   \
@@ -1060,8 +1064,8 @@ WIDE static inline float lanes_sum_wide(__m512 v) {
             }                                                                                  \
         }                                                                                      \
     }
-BLOCK_ROWS(block_rows, F16C, __m256, block_row, lanes_sum)
-BLOCK_ROWS(block_rows_wide, WIDE, __m512, block_row_wide, lanes_sum_wide)
+BLOCK_ROWS(block_rows, F16C, __m256, block_row, lanes_sum, 4)
+BLOCK_ROWS(block_rows_wide, WIDE, __m512, block_row_wide, lanes_sum_wide, 8)
 
 /* x summed per block [rows, k / block], each sum in order (the offsets' factor). */
 static float *block_sums(const float *x, size_t rows, size_t k, size_t block) {

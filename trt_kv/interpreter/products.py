@@ -59,7 +59,8 @@ NATIVE_KEYS = 1024
 # Rows up to which a product against a weight kept in blocks (Weight.BLOCKS) runs as the
 # helper's block product (codes widened in registers once for up to 4 rows), and up to which
 # as its block panels (tiles of weight rows dequantized, then the panel product); more rows,
-# or no helper: blocks of weight rows dequantized for the call, one BLAS product each.
+# or no helper: blocks of weight rows dequantized for the call, one BLAS product each. Not
+# measured for the block routes: NATIVE_ROWS's float32 bound and PANEL_ROWS taken over.
 BLOCK_ROWS = 8
 BLOCK_PANEL_ROWS = PANEL_ROWS
 # Threads the helper's products split their weight rows across (never K: the same bits for
