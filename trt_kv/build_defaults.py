@@ -55,3 +55,17 @@ MAX_QUEUE = 64
 PREFILL_CHUNK = 128
 # trt-kv serve's drain: seconds the requests in flight get after SIGTERM or Ctrl-C
 DRAIN_TIMEOUT_S = 30.0
+
+
+THREADS_ENV = "TRT_KV_THREADS"  # the environment variable that sets the CPU threads
+
+
+def default_threads() -> int:
+    """Threads the CPU interpreter's products run on when none is given: ``$TRT_KV_THREADS``
+    where set to a positive integer, else the cores this process may run on."""
+    import os
+
+    value = os.environ.get(THREADS_ENV, "")
+    if value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0))

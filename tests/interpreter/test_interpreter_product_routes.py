@@ -19,7 +19,7 @@ from trt_kv._trt import trt
 from trt_kv.interpreter import compile_network, products
 from trt_kv.interpreter.products import Route, Weight, choose, multiply
 
-STORED, NARROW, STACKED, KEYS, OTHER = Weight
+STORED, NARROW, STACKED, KEYS, OTHER, BLOCKS = Weight
 F16, F32, F64 = np.float16, np.float32, np.float64
 BIG, SMALL = (1000, 333), (100, 333)  # 333,000 weight elements; 33,300 (under 1 << 16)
 

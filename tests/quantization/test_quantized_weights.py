@@ -168,7 +168,7 @@ def test_int4_packing_round_trips_low_nibble_first():
     codes = RNG.integers(-8, 8, (4, 64)).astype(np.int8)
     packed = pack_int4(codes)
     assert packed.size == codes.size // 2
-    assert packed[0] == (codes[0, 0] & 0xF) | ((codes[0, 1] & 0xF) << 4)
+    assert packed[0] == (int(codes[0, 0]) & 0xF) | ((int(codes[0, 1]) & 0xF) << 4)
     assert np.array_equal(unpack_int4(packed, codes.size).reshape(codes.shape), codes)
 
 

@@ -17,7 +17,7 @@ from tests.support.real_model import (
     PLAIN_PROMPT_IDS,
 )
 from trt_kv.cli import main
-from trt_kv.interpreter import compile_network
+from trt_kv.interpreter import blocks, compile_network
 from trt_kv.models.llama import build_llama_network, to_hf_tensors
 from trt_kv.runtime import Session, generate
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
@@ -84,9 +84,13 @@ def test_kept_logits_equal_the_float_weights_within_rounding(smollm2):
 
 
 def test_kept_weights_greedy_ids_equal_hugging_face(smollm2):
+    """Through the fused block products (counted: 4 calls a layer and step, Q/K/V and
+    gate/up stacked)."""
     session = Session(InterpreterBackend(_network(smollm2, "float16", "keep", max_batch=2)))
     prompts = [CHAT_PROMPT_IDS, PLAIN_PROMPT_IDS]
+    before = sum(blocks.COUNTS.values())
     assert generate(session, prompts, 24).ids == [CHAT_IDS, PLAIN_IDS]
+    assert sum(blocks.COUNTS.values()) - before >= 4 * smollm2.config.num_hidden_layers * 24
 
 
 def test_generate_weights_keep_prints_todays_answer_from_a_quantized_engine(tmp_path, capsys):

@@ -80,7 +80,11 @@ def make_backend(
             max_step_tokens=step_tokens,
         )
     if args.backend == "interpreter":
+        from trt_kv.interpreter import products
         from trt_kv.runtime.interpreter_backend import InterpreterBackend
+
+        if getattr(args, "threads", None):  # else build_defaults.default_threads()
+            products.set_threads(args.threads)
 
         net = arch.build_network(
             config,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from trt_kv.cli import backends, common, generate
+from trt_kv.cli import backends, common, generate, options
 from trt_kv.cli.checks import check_model, integer
 from trt_kv.errors import ArgumentError, mismatch
 
@@ -27,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="backend to time (auto: tensorrt where a GPU is usable, else interpreter)",
     )
+    options.add_threads_argument(p)
     p.add_argument("--batch", type=integer(1), nargs="+", default=[1], help="batch sizes")
     p.add_argument("--context", type=integer(1), nargs="+", default=[128], help="prompt lengths")
     p.add_argument(

@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     options.add_device_arguments(p)
     options.add_backend_argument(p)
+    options.add_threads_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -70,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         '{"prompt": ...} each) are a batch, any other text one prompt',
     )
     options.add_backend_argument(p)
+    options.add_threads_argument(p)
 
 
 def _ids_text(args: argparse.Namespace) -> str:

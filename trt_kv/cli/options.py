@@ -71,6 +71,17 @@ def add_backend_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_threads_argument(p: argparse.ArgumentParser) -> None:
+    """``--threads N``: the CPU interpreter's threads (its default once, in build_defaults)."""
+    p.add_argument(
+        "--threads",
+        type=integer(1),
+        default=None,
+        help="threads the interpreter's products run on, the same results for any count "
+        "(default: $TRT_KV_THREADS, else the cores this process may run on)",
+    )
+
+
 def check_sampling_options(args: argparse.Namespace) -> None:
     """Refuse sampling options that contradict each other (``--top-k`` / ``--top-p`` with
     greedy decoding, which ignores them), before any model is loaded (argparse refused

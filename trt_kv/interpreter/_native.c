@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 9 /* change with any signature in this file */
+#define SIGNATURES 10 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -134,6 +134,124 @@ F16C static inline float lanes_sum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+/* -- a small pool of threads: a product's weight rows (N) split across them, never K, so
+ * each element is the same sum whatever the count ------------------------------------------ */
+typedef void (*range_fn)(void *arg, size_t lo, size_t hi);
+#define MAX_THREADS 64
+#define SPINS 20000 /* pauses a worker spins for the next call before it sleeps */
+static struct {
+    pthread_mutex_t call, lock; /* call: one caller at a time (others run alone) */
+    pthread_cond_t wake;
+    atomic_ulong generation;
+    atomic_int pending;
+    int started;
+    range_fn fn;
+    void *arg;
+    size_t n, unit, parts;
+    unsigned long born[MAX_THREADS];
+} pool = {.call = PTHREAD_MUTEX_INITIALIZER,
+          .lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER};
+
+static void part_range(size_t part, size_t *lo, size_t *hi) {
+    size_t units = (pool.n + pool.unit - 1) / pool.unit;
+    size_t a = units * part / pool.parts, b = units * (part + 1) / pool.parts;
+    *lo = a * pool.unit;
+    *hi = b * pool.unit < pool.n ? b * pool.unit : pool.n;
+}
+
+static void *pool_worker(void *p) {
+    size_t id = (size_t)p;
+    unsigned long seen = pool.born[id]; /* the generation before its first call */
+    for (;;) {
+        unsigned long g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen &&
+               spins++ < SPINS)
+            _mm_pause();
+        if (g == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while ((g = atomic_load(&pool.generation)) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = g;
+        if (id < pool.parts) {
+            size_t lo, hi;
+            part_range(id, &lo, &hi);
+            if (lo < hi) pool.fn(pool.arg, lo, hi);
+        }
+        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void pool_after_fork(void) { /* the child has none of the parent's workers */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    pool.call = pool.lock = fresh;
+    pool.wake = cond;
+    pool.started = 0;
+}
+
+/* fn(arg, lo, hi) over [0, n) in parts of whole units, on up to threads threads (this one
+ * included); alone when threads <= 1, when n holds one unit, or while another call runs. */
+static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t threads) {
+    size_t units = (n + unit - 1) / unit;
+    size_t parts = threads < units ? threads : units;
+    if (parts > MAX_THREADS) parts = MAX_THREADS;
+    if (parts <= 1 || pthread_mutex_trylock(&pool.call)) {
+        fn(arg, 0, n);
+        return;
+    }
+    static int registered;
+    if (!registered) registered = !pthread_atfork(NULL, NULL, pool_after_fork);
+    while ((size_t)pool.started + 1 < parts) {
+        pthread_t t;
+        pool.born[pool.started + 1] = atomic_load(&pool.generation);
+        if (pthread_create(&t, NULL, pool_worker, (void *)(size_t)(pool.started + 1))) break;
+        pthread_detach(t);
+        pool.started++;
+    }
+    if ((size_t)pool.started + 1 < parts) parts = (size_t)pool.started + 1;
+    pool.fn = fn, pool.arg = arg, pool.n = n, pool.unit = unit, pool.parts = parts;
+    atomic_store(&pool.pending, pool.started);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    size_t lo, hi;
+    part_range(0, &lo, &hi);
+    fn(arg, lo, hi);
+    /* the workers' parts: spin, then yield (on a busy machine a worker may wait for a core) */
+    for (int spins = 0; atomic_load_explicit(&pool.pending, memory_order_acquire); spins++)
+        if (spins < SPINS) _mm_pause();
+        else sched_yield();
+    pthread_mutex_unlock(&pool.call);
+}
+
+/* A product's operands, for the parts the pool runs (packed: the panels of x, or NULL). */
+typedef struct {
+    const void *w;
+    size_t n, k;
+    const float *x;
+    size_t rows;
+    float *out;
+    const float *packed;
+    size_t panels;
+} dense_job;
+
+/* Weight rows a part (a multiple of unit): at least ~64K weight elements, so that a small
+ * product is not split into parts that cost more to hand out than to compute. */
+static size_t part_rows(size_t k, size_t unit) {
+    size_t rows = (65536 / (k ? k : 1) + unit - 1) / unit * unit;
+    return rows > unit ? rows : unit;
+}
+
 #define TILE_W 4 /* weight rows a tile */
 #define TILE_X 2 /* input rows a tile: TILE_W * TILE_X running sums, 8 of 16 registers */
 /* Up to STREAM_ROWS input rows, the weight is read one row at a time against STREAM_X input
@@ -188,10 +306,10 @@ F16C static inline float one_float32(float f) { return f; }
         }                                                                                     \
     }                                                                                         \
                                                                                               \
-    F16C void trt_kv_product_##NAME(const T *w, size_t n, size_t k, const float *x,          \
-                                    size_t rows, float *out) {                                \
+    F16C static void product_rows_##NAME(const T *w, size_t n, size_t lo, size_t hi,          \
+                                         size_t k, const float *x, size_t rows, float *out) { \
         if (rows <= STREAM_ROWS) {                                                            \
-            for (size_t r = 0; r < n; r++) {                                                  \
+            for (size_t r = lo; r < hi; r++) {                                                \
                 const T *wr = w + r * k;                                                      \
                 size_t m = 0;                                                                 \
                 for (; m + STREAM_X <= rows; m += STREAM_X)                                   \
@@ -204,20 +322,31 @@ F16C static inline float one_float32(float f) { return f; }
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
-        size_t r = 0;                                                                         \
-        for (; r + TILE_W <= n; r += TILE_W) {                                                \
+        size_t r = lo;                                                                        \
+        for (; r + TILE_W <= hi; r += TILE_W) {                                               \
             const T *wr = w + r * k;                                                          \
             /* the next full tile to fetch, or this one again: every read stays inside w */   \
-            const T *next = r + 2 * TILE_W <= n ? wr + TILE_W * k : wr;                       \
+            const T *next = r + 2 * TILE_W <= hi ? wr + TILE_W * k : wr;                      \
             size_t m = 0;                                                                     \
             for (; m + TILE_X <= rows; m += TILE_X)                                           \
                 tile_##NAME(wr, k, x + m * k, n, out + m * n + r, TILE_W, TILE_X, next);      \
             for (; m < rows; m++)                                                             \
                 tile_##NAME(wr, k, x + m * k, n, out + m * n + r, TILE_W, 1, next);           \
         }                                                                                     \
-        for (; r < n; r++)                                                                    \
+        for (; r < hi; r++)                                                                   \
             for (size_t m = 0; m < rows; m++)                                                 \
                 tile_##NAME(w + r * k, k, x + m * k, n, out + m * n + r, 1, 1, w + r * k);    \
+    }                                                                                         \
+                                                                                              \
+    F16C static void product_part_##NAME(void *arg, size_t lo, size_t hi) {                   \
+        const dense_job *j = arg;                                                             \
+        product_rows_##NAME(j->w, j->n, lo, hi, j->k, j->x, j->rows, j->out);                 \
+    }                                                                                         \
+                                                                                              \
+    F16C void trt_kv_product_##NAME(const T *w, size_t n, size_t k, const float *x,          \
+                                    size_t rows, float *out, size_t threads) {                \
+        dense_job j = {w, n, k, x, rows, out, NULL, 0};                                       \
+        parallel(product_part_##NAME, &j, n, part_rows(k, 16), threads);                      \
     }
 
 PRODUCT(uint16_t, float16)
@@ -387,22 +516,37 @@ F16C static inline const float *as_float32_float16(const uint16_t *w, size_t cou
  * in tiles of WIDTH weight rows against STEP panels (kind K, as tiles_K); returns 0, or -1
  * (nothing written) when the panels' memory cannot be had. */
 #define PANELS(T, NAME, KIND, TARGET, WIDTH, STEP)                                             \
-    TARGET int trt_kv_##KIND##_##NAME(const T *w, size_t n, size_t k, const float *x,          \
-                                      size_t rows, float *out) {                               \
-        size_t panels = (rows + PANEL - 1) / PANEL;                                            \
-        float *packed = malloc((panels * PANEL + WIDTH) * k * sizeof(float) + 1); /* K 0 */    \
-        if (!packed) return -1;                                                                \
-        float *block = packed + panels * PANEL * k;                                            \
-        pack_panels(x, rows, k, packed, panels);                                               \
-        for (size_t r = 0; r < n; r += WIDTH) {                                                \
-            size_t nw = n - r < WIDTH ? n - r : WIDTH;                                         \
+    TARGET static void KIND##_part_##NAME(void *arg, size_t lo, size_t hi) {                   \
+        const dense_job *j = arg;                                                              \
+        const T *w = j->w;                                                                     \
+        const size_t k = j->k, n = j->n, rows = j->rows;                                       \
+        float *block = malloc(WIDTH * k * sizeof(float) + 1); /* checked by the caller */     \
+        if (!block) return;                                                                    \
+        for (size_t r = lo; r < hi; r += WIDTH) {                                              \
+            size_t nw = hi - r < WIDTH ? hi - r : WIDTH;                                       \
             const float *wf = as_float32_##NAME(w + r * k, nw * k, block);                     \
-            for (size_t p = 0; p < panels; p += STEP) {                                        \
+            for (size_t p = 0; p < j->panels; p += STEP) {                                     \
                 size_t m = rows - p * PANEL < STEP * PANEL ? rows - p * PANEL : STEP * PANEL;  \
-                const float *panel = packed + p * PANEL * k;                                   \
-                tiles_##KIND(wf, nw, k, panel, out + p * PANEL * n + r, n, m);                 \
+                const float *panel = j->packed + p * PANEL * k;                                \
+                tiles_##KIND(wf, nw, k, panel, j->out + p * PANEL * n + r, n, m);              \
             }                                                                                  \
         }                                                                                      \
+        free(block);                                                                           \
+    }                                                                                          \
+                                                                                               \
+    TARGET int trt_kv_##KIND##_##NAME(const T *w, size_t n, size_t k, const float *x,          \
+                                      size_t rows, float *out, size_t threads) {               \
+        size_t panels = (rows + PANEL - 1) / PANEL;                                            \
+        float *packed = malloc(panels * PANEL * k * sizeof(float) + 1); /* K 0 */              \
+        void *probe = malloc(WIDTH * k * sizeof(float) + 1);                                   \
+        if (!packed || !probe) {                                                               \
+            free(packed), free(probe);                                                         \
+            return -1;                                                                         \
+        }                                                                                      \
+        free(probe);                                                                           \
+        pack_panels(x, rows, k, packed, panels);                                               \
+        dense_job j = {w, n, k, x, rows, out, packed, panels};                                 \
+        parallel(KIND##_part_##NAME, &j, n, part_rows(k, WIDTH), threads);                     \
         free(packed);                                                                          \
         return 0;                                                                              \
     }
@@ -694,6 +838,324 @@ F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, si
             }
 }
 
+/* Products against weights kept quantized (trt_kv/interpreter/blocks.py): out [rows, n] =
+ * x [rows, k] @ w^T for w [n, k] held as its codes, block scales and block offsets, never
+ * widened as a whole: w[r, c] = d[r, c / block] * code[r, c] + o[r, c / block]. codes: bits 4,
+ * [n, k / 2] bytes, each 32 codes of a row as 16 bytes, code j + 8 in the low nibble of byte j
+ * and code 16 + j + 8 in its high nibble (GGUF's Q4 order); bits 8, [n, k] int8. d and o:
+ * [n, k / block] float16 bits (o NULL: none); block 16 or 32; k a multiple of 32.
+ *
+ * Few rows (a decode step, trt_kv_blocks_product): each weight row's codes are read once and
+ * widened in registers, each element is d . (codes . x) per block, summed over the blocks in
+ * eight (AVX2) or sixteen (AVX-512) lanes, then the lanes, plus o . (x summed per block) in a
+ * fixed order: its bits do not depend on which other rows are computed with it, nor on the
+ * threads. Many rows (a prefill chunk, trt_kv_blocks_panels): tiles of weight rows dequantized
+ * (d * code + o, gguf's own float32 values) into a block and multiplied like a float32 weight
+ * by the panel product above. Both split the weight rows (N) across threads, never K.
+ */
+/* -- the block products -------------------------------------------------------------------- */
+typedef struct {
+    const uint8_t *codes;
+    const uint16_t *scales, *offsets;
+    size_t n, k, block;
+    int bits;
+    const float *x, *sums; /* sums [rows, k / block]: x summed per block (offsets only) */
+    size_t rows;
+    float *out;
+    const float *packed; /* the panels of x (trt_kv_blocks_panels) */
+    size_t panels;
+} blocks_job;
+
+/* 32 codes from p (bits 4: 16 bytes; 8: 32) as int8 in one 256-bit vector, in order. */
+F16C static inline __attribute__((always_inline)) __m256i codes32(const uint8_t *p, int bits) {
+    if (bits == 8) return _mm256_loadu_si256((const __m256i *)p);
+    __m128i raw = _mm_loadu_si128((const __m128i *)p), low = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+    __m256i both = _mm256_set_m128i(hi, lo);
+    return _mm256_sub_epi8(both, _mm256_set1_epi8(8));
+}
+
+F16C static inline __attribute__((always_inline)) __m256 codes8(__m128i bytes) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+}
+
+/* The float16 fields of one weight row [count] widened into f. */
+F16C static inline void row_fields(const uint16_t *h, size_t count, float *f) {
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8) _mm256_storeu_ps(f + i, load8_float16(h + i));
+    for (; i < count; i++) f[i] = widen_one(h[i]);
+}
+
+/* The offsets o [count] of consecutive weight rows as the block products add them: the stored
+ * ones (or 0) less 8 d for 4-bit codes, which block_row reads unsigned (code + 8); d [count]
+ * the rows' scales. */
+F16C static inline void rows_offsets(const blocks_job *j, size_t first, size_t count,
+                                     const float *d, float *o) {
+    const size_t nb = j->k / j->block;
+    if (j->offsets) row_fields(j->offsets + first * nb, count, o);
+    else memset(o, 0, count * sizeof(float));
+    if (j->bits != 4) return;
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    size_t b = 0;
+    for (; b + 8 <= count; b += 8) /* 8 d is exact: one rounding, as o - 8 d */
+        _mm256_storeu_ps(o + b, _mm256_fnmadd_ps(eight, _mm256_loadu_ps(d + b), _mm256_loadu_ps(o + b)));
+    for (; b < count; b++) o[b] -= 8.0f * d[b];
+}
+
+/* o . sums over the blocks: eight lanes, then the lanes, then the tail (a fixed order). */
+F16C static inline float offsets_dot(const float *o, const float *s, size_t count) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(o + i), _mm256_loadu_ps(s + i), acc);
+    float t = lanes_sum(acc);
+    for (; i < count; i++) t += o[i] * s[i];
+    return t;
+}
+
+/* Eight 4-bit codes as float32, unsigned (code + 8: the 8 is in the row's offsets): the low
+ * (high = 0) or high nibbles of 8 bytes. */
+F16C static inline __attribute__((always_inline)) __m256 nibbles8(const uint8_t *p, int high) {
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    if (high) b = _mm256_srli_epi32(b, 4);
+    return _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+}
+
+/* AVX2: weight row r (its scales in d) against nx (<= 4) input rows from x: per block, the
+ * codes (4 bits: unsigned) times x in eight lanes, times the block's scale, summed. */
+F16C static inline __attribute__((always_inline)) void block_row(const blocks_job *j, size_t r,
+                                                                 const float *d, const float *x,
+                                                                 __m256 acc[8], const int nx) {
+    const size_t k = j->k, bytes = j->bits == 4 ? 16 : 32;
+    const uint8_t *p = j->codes + r * (k / 32) * bytes;
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t g = 0; g < k / 32; g++, p += bytes) {
+        __m256 w0, w1, w2, w3;
+        if (j->bits == 4) {
+            w0 = nibbles8(p, 0), w1 = nibbles8(p + 8, 0), w2 = nibbles8(p, 1);
+            w3 = nibbles8(p + 8, 1);
+        } else {
+            const __m128i *q = (const __m128i *)p;
+            w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q)));
+            w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))));
+            w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16))));
+            w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 24))));
+        }
+        const float *xg = x + g * 32;
+        if (j->block == 32) {
+            __m256 s = _mm256_set1_ps(d[g]);
+            for (int i = 0; i < nx; i++) {
+                const float *xi = xg + i * k;
+                __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xi));
+                t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xi + 8), t);
+                t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xi + 16), t);
+                t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xi + 24), t);
+                acc[i] = _mm256_fmadd_ps(s, t, acc[i]);
+            }
+        } else {
+            __m256 s0 = _mm256_set1_ps(d[2 * g]), s1 = _mm256_set1_ps(d[2 * g + 1]);
+            for (int i = 0; i < nx; i++) {
+                const float *xi = xg + i * k;
+                __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xi));
+                t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xi + 8), t);
+                __m256 u = _mm256_mul_ps(w2, _mm256_loadu_ps(xi + 16));
+                u = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xi + 24), u);
+                acc[i] = _mm256_fmadd_ps(s0, t, acc[i]);
+                acc[i] = _mm256_fmadd_ps(s1, u, acc[i]);
+            }
+        }
+    }
+}
+
+/* Sixteen 4-bit codes as float32, unsigned: the low or high nibbles of 16 bytes. */
+WIDE static inline __attribute__((always_inline)) __m512 nibbles16(const uint8_t *p, int high) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    if (high) b = _mm512_srli_epi32(b, 4);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+}
+
+/* AVX-512: as block_row, sixteen lanes (a 16-weight block one vector). */
+/* AVX-512: the 32 codes of group g (at p) against nx input rows from x, into acc. */
+WIDE static inline __attribute__((always_inline)) void group_wide(
+    const blocks_job *j, const uint8_t *p, size_t g, const float *d, const float *x,
+    __m512 acc[8], const int nx) {
+    const size_t k = j->k;
+    __m512 w0, w1;
+    if (j->bits == 4) {
+        w0 = nibbles16(p, 0), w1 = nibbles16(p, 1);
+    } else {
+        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+    }
+    const float *xg = x + g * 32;
+    if (j->block == 32) {
+        __m512 s = _mm512_set1_ps(d[g]);
+        for (int i = 0; i < nx; i++) {
+            const float *xi = xg + i * k;
+            __m512 t = _mm512_mul_ps(w0, _mm512_loadu_ps(xi));
+            t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), t);
+            acc[i] = _mm512_fmadd_ps(s, t, acc[i]);
+        }
+    } else {
+        __m512 s0 = _mm512_set1_ps(d[2 * g]), s1 = _mm512_set1_ps(d[2 * g + 1]);
+        for (int i = 0; i < nx; i++) {
+            const float *xi = xg + i * k;
+            acc[i] = _mm512_fmadd_ps(s0, _mm512_mul_ps(w0, _mm512_loadu_ps(xi)), acc[i]);
+            acc[i] = _mm512_fmadd_ps(s1, _mm512_mul_ps(w1, _mm512_loadu_ps(xi + 16)), acc[i]);
+        }
+    }
+}
+
+/* AVX-512: as block_row, sixteen lanes (a 16-weight block one vector), even and odd groups
+ * summed apart (two chains of additions), then added. */
+WIDE static inline __attribute__((always_inline)) void block_row_wide(
+    const blocks_job *j, size_t r, const float *d, const float *x, __m512 acc[8], const int nx) {
+    const size_t groups = j->k / 32, bytes = j->bits == 4 ? 16 : 32;
+    const uint8_t *p = j->codes + r * groups * bytes;
+    __m512 odd[8];
+    for (int i = 0; i < nx; i++) acc[i] = odd[i] = _mm512_setzero_ps();
+    size_t g = 0;
+    for (; g + 2 <= groups; g += 2, p += 2 * bytes) {
+        group_wide(j, p, g, d, x, acc, nx);
+        group_wide(j, p + bytes, g + 1, d, x, odd, nx);
+    }
+    if (g < groups) group_wide(j, p, g, d, x, acc, nx);
+    for (int i = 0; i < nx; i++) acc[i] = _mm512_add_ps(acc[i], odd[i]);
+}
+
+WIDE static inline float lanes_sum_wide(__m512 v) {
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return lanes_sum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+}
+
+/* Weight rows [lo, hi) of a decode product, four input rows at a time (AVX2 or AVX-512). */
+#define BLOCK_ROWS(NAME, TARGET, VEC, ROW, SUM, T)                                              \
+    TARGET static void NAME(void *arg, size_t lo, size_t hi) {                                 \
+        const blocks_job *j = arg;                                                             \
+        const size_t nb = j->k / j->block, n = j->n;                                           \
+        const size_t cap = nb > 2048 ? nb : 2048, chunk = cap / nb;                            \
+        float d[cap], o[cap]; /* the scales and offsets of up to chunk rows, widened */        \
+        for (size_t c0 = lo; c0 < hi; c0 += chunk) {                                           \
+            size_t c1 = c0 + chunk < hi ? c0 + chunk : hi;                                     \
+            row_fields(j->scales + c0 * nb, (c1 - c0) * nb, d);                                \
+            if (j->sums) rows_offsets(j, c0, (c1 - c0) * nb, d, o);                            \
+            for (size_t r = c0; r < c1; r++) {                                                 \
+                const float *dr = d + (r - c0) * nb, *orow = o + (r - c0) * nb;                \
+                for (size_t m = 0; m < j->rows; m += T) {                                      \
+                    VEC acc[8]; /* T used: the cases past T never run */                \
+                    const float *x = j->x + m * j->k;                                          \
+                    size_t nx = j->rows - m < T ? j->rows - m : T;                             \
+                    switch (nx) {                                                              \
+                    case 8: ROW(j, r, dr, x, acc, 8); break;                                   \
+                    case 7: ROW(j, r, dr, x, acc, 7); break;                                   \
+                    case 6: ROW(j, r, dr, x, acc, 6); break;                                   \
+                    case 5: ROW(j, r, dr, x, acc, 5); break;                                   \
+                    case 4: ROW(j, r, dr, x, acc, 4); break;                                   \
+                    case 3: ROW(j, r, dr, x, acc, 3); break;                                   \
+                    case 2: ROW(j, r, dr, x, acc, 2); break;                                   \
+                    default: ROW(j, r, dr, x, acc, 1); break;                                  \
+                    }                                                                          \
+                    for (size_t i = 0; i < nx; i++) {                                          \
+                        float s = SUM(acc[i]);                                                 \
+                        if (j->sums) s += offsets_dot(orow, j->sums + (m + i) * nb, nb);       \
+                        j->out[(m + i) * n + r] = s;                                           \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+BLOCK_ROWS(block_rows, F16C, __m256, block_row, lanes_sum, 4)
+BLOCK_ROWS(block_rows_wide, WIDE, __m512, block_row_wide, lanes_sum_wide, 8)
+
+/* x summed per block [rows, k / block], each sum in order (the offsets' factor). */
+static float *block_sums(const float *x, size_t rows, size_t k, size_t block) {
+    float *s = malloc((rows * (k / block) + 1) * sizeof(float));
+    if (!s) return NULL;
+    for (size_t i = 0; i < rows * (k / block); i++) {
+        float t = 0.0f;
+        for (size_t c = 0; c < block; c++) t += x[i * block + c];
+        s[i] = t;
+    }
+    return s;
+}
+
+/* out [rows, n] = x [rows, k] @ w^T for w held in blocks (see above), on up to threads
+ * threads, AVX-512 where wide (and the processor has it); returns 0, or -1 (nothing
+ * written) without memory for the block sums. */
+F16C int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
+                               const uint16_t *scales, const uint16_t *offsets, const float *x,
+                               size_t rows, float *out, size_t threads, int wide) {
+    blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, NULL, 0};
+    float *sums = NULL;
+    if ((offsets || bits == 4) && !(sums = block_sums(x, rows, k, block))) return -1;
+    j.sums = sums;
+    parallel(wide ? block_rows_wide : block_rows, &j, n, part_rows(k / 4, 16), threads);
+    free(sums);
+    return 0;
+}
+
+/* Weight rows [lo, hi) of a prefill product: tiles of WIDTH rows dequantized into a block,
+ * then multiplied against every panel as the panel product multiplies a float32 tile. */
+#define BLOCK_PANELS(NAME, TARGET, KIND, WIDTH, STEP)                                          \
+    TARGET static void NAME(void *arg, size_t lo, size_t hi) {                                 \
+        const blocks_job *j = arg;                                                             \
+        const size_t k = j->k, nb = k / j->block, bytes = j->bits == 4 ? 16 : 32;              \
+        float *w = malloc(WIDTH * k * sizeof(float) + 2 * nb * sizeof(float) + 1);             \
+        if (!w) return; /* the caller checked a block of this size could be had */             \
+        float *d = w + WIDTH * k, *o = d + nb;                                                 \
+        for (size_t r = lo; r < hi; r += WIDTH) {                                              \
+            size_t nw = hi - r < WIDTH ? hi - r : WIDTH;                                       \
+            for (size_t i = 0; i < nw; i++) {                                                  \
+                row_fields(j->scales + (r + i) * nb, nb, d);                                   \
+                if (j->offsets) row_fields(j->offsets + (r + i) * nb, nb, o);                  \
+                const uint8_t *p = j->codes + (r + i) * (k / 32) * bytes;                      \
+                float *wr = w + i * k;                                                         \
+                for (size_t g = 0; g < k / 32; g++, p += bytes) {                              \
+                    __m256i c = codes32(p, j->bits);                                           \
+                    __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1); \
+                    __m256 v[4] = {codes8(c0), codes8(_mm_srli_si128(c0, 8)), codes8(c1),     \
+                                   codes8(_mm_srli_si128(c1, 8))};                             \
+                    for (size_t q = 0; q < 4; q++) {                                           \
+                        size_t b = (g * 32 + q * 8) / j->block;                                \
+                        __m256 off = j->offsets ? _mm256_set1_ps(o[b]) : _mm256_setzero_ps(); \
+                        /* d * code is exact (11 x 8 significant bits): one rounding */         \
+                        _mm256_storeu_ps(wr + g * 32 + q * 8,                                  \
+                                         _mm256_fmadd_ps(v[q], _mm256_set1_ps(d[b]), off));    \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            for (size_t p = 0; p < j->panels; p += STEP) {                                     \
+                size_t m = j->rows - p * PANEL < STEP * PANEL ? j->rows - p * PANEL           \
+                                                              : STEP * PANEL;                  \
+                tiles_##KIND(w, nw, k, j->packed + p * PANEL * k, j->out + p * PANEL * j->n + r, \
+                             j->n, m);                                                         \
+            }                                                                                  \
+        }                                                                                      \
+        free(w);                                                                               \
+    }
+BLOCK_PANELS(block_panels, F16C, panels, PANEL_W, 1)
+BLOCK_PANELS(block_panels_wide, WIDE, panels_wide, WIDE_W, 2)
+
+/* As trt_kv_blocks_product for many rows (a prefill chunk); -1: no memory for the panels. */
+F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
+                              const uint16_t *scales, const uint16_t *offsets, const float *x,
+                              size_t rows, float *out, size_t threads, int wide) {
+    size_t panels = (rows + PANEL - 1) / PANEL;
+    float *packed = malloc(panels * PANEL * k * sizeof(float) + 1);
+    void *probe = malloc(WIDE_W * k * sizeof(float) + 2 * (k / block) * sizeof(float) + 1);
+    if (!packed || !probe) {
+        free(packed), free(probe);
+        return -1;
+    }
+    free(probe);
+    pack_panels(x, rows, k, packed, panels);
+    blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, packed, panels};
+    size_t unit = wide ? WIDE_W : PANEL_W;
+    parallel(wide ? block_panels_wide : block_panels, &j, n, part_rows(k, unit), threads);
+    free(packed);
+    return 0;
+}
+
 #else /* another processor or compiler: half.py keeps its NumPy recipes */
 
 int trt_kv_native_ready(void) { return 0; }
@@ -708,38 +1170,38 @@ void trt_kv_widen_float16(const uint16_t *h, size_t rows, size_t stride, size_t 
 }
 
 void trt_kv_product_float16(const uint16_t *w, size_t n, size_t k, const float *x, size_t rows,
-                            float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                            float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
 }
 
 void trt_kv_product_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
-                            float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                            float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
 }
 
 int trt_kv_panels_float16(const uint16_t *w, size_t n, size_t k, const float *x, size_t rows,
-                          float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                          float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
 int trt_kv_panels_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
-                          float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                          float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
 int trt_kv_native_wide(void) { return 0; }
 
 int trt_kv_panels_wide_float16(const uint16_t *w, size_t n, size_t k, const float *x,
-                               size_t rows, float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                               size_t rows, float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
 int trt_kv_panels_wide_float32(const float *w, size_t n, size_t k, const float *x, size_t rows,
-                               float *out) {
-    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out;
+                               float *out, size_t threads) {
+    (void)w, (void)n, (void)k, (void)x, (void)rows, (void)out, (void)threads;
     return -1;
 }
 
@@ -760,5 +1222,20 @@ void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t 
 }
 
 void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) { (void)x, (void)y, (void)n; }
+
+int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
+                          const uint16_t *scales, const uint16_t *offsets, const float *x,
+                          size_t rows, float *out, size_t threads, int wide) {
+    (void)codes, (void)bits, (void)n, (void)k, (void)block, (void)scales, (void)offsets;
+    (void)x, (void)rows, (void)out, (void)threads, (void)wide;
+    return -1;
+}
+
+int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
+                         const uint16_t *scales, const uint16_t *offsets, const float *x,
+                         size_t rows, float *out, size_t threads, int wide) {
+    return trt_kv_blocks_product(codes, bits, n, k, block, scales, offsets, x, rows, out,
+                                 threads, wide);
+}
 
 #endif

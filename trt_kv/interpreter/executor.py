@@ -28,6 +28,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
     elementwise,
+    fused,
     linalg,
     quantize,
     scatter,
@@ -159,6 +160,7 @@ class Plan:
             for i in _schedule(network, [name for name, _ in self._outputs])
         ]
         if fast:
+            steps = fused.apply(steps, fused.find(network))
             steps = fold_constants(steps, compute, self._dtypes, set(self.output_names))
             keep_float16_weights(steps)
             fuse_shared_products(steps)

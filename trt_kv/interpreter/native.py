@@ -23,7 +23,7 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
-SIGNATURES = 9  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 10  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -69,17 +69,21 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             panels += (lib.trt_kv_panels_wide_float16, lib.trt_kv_panels_wide_float32)
             wide, attention = lib.trt_kv_native_wide, lib.trt_kv_attention_float32
             rope, sigmoid = lib.trt_kv_rope_float32, lib.trt_kv_sigmoid_float32
+            blocks = (lib.trt_kv_blocks_product, lib.trt_kv_blocks_panels)
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
         for fn in (*products, *panels):
-            fn.argtypes = [pointer, size, size, pointer, size, pointer]
+            fn.argtypes = [pointer, size, size, pointer, size, pointer, size]
         attention.argtypes = [pointer, *[size] * 4, pointer, pointer, size, size, pointer]
         attention.argtypes += [pointer, size, ctypes.c_float, pointer]
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
         sigmoid.argtypes = [pointer, pointer, size]
+        for fn in blocks:
+            fn.argtypes = [pointer, ctypes.c_int, *[size] * 3, *[pointer] * 3, size, pointer]
+            fn.argtypes += [size, ctypes.c_int]
         for fn in (lib.trt_kv_round_float16, lib.trt_kv_widen_float16, *products, rope, sigmoid):
             fn.restype = None
-        for fn in (*panels, wide, attention):
+        for fn in (*panels, wide, attention, *blocks):
             fn.restype = ctypes.c_int
         return lib
     return None
@@ -173,22 +177,23 @@ def _operands(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return _contiguous_aligned(x), _contiguous_aligned(w), np.empty((x.shape[0], w.shape[0]), _F32)
 
 
-def product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def product(x: np.ndarray, w: np.ndarray, threads: int = 1) -> np.ndarray:
     """``x [M, K] @ w^T`` -> float32 ``[M, N]`` for float32 rows ``x`` and a float16 or
     float32 weight ``w [N, K]`` (``nn.Linear`` layout), each weight element read once as
     stored (float16 widened exactly); sums in float32, each element's in an order that does
     not depend on ``M`` or on the other rows of ``w`` (so a product of stacked weights gives
     each one's bits). Meant for a few rows: up to 4, one weight row at a time in one stream
     through memory (~0.09 us a float32 row of 576 at one row, on an AMD EPYC here, against
-    BLAS's ~0.19); more, in tiles of four weight rows."""
+    BLAS's ~0.19); more, in tiles of four weight rows. The weight rows are split across
+    ``threads`` (the same bits for any count)."""
     x, w, out = _operands(x, w)
     if out.size:
         fn = getattr(LIB, _PRODUCTS[w.dtype])
-        fn(address(w), *w.shape, address(x), x.shape[0], address(out))
+        fn(address(w), *w.shape, address(x), x.shape[0], address(out), max(1, threads))
     return out
 
 
-def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray:
+def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE, threads: int = 1) -> np.ndarray:
     """``x [M, K] @ w^T`` as :func:`product` (same operands, same result within float32
     rounding) for many rows, a prefill chunk: ``x`` copied into transposed panels of 16 rows,
     each tile of weight rows (float16 widened first) multiplied against every panel, as a
@@ -196,7 +201,8 @@ def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray
     default where :data:`WIDE`) 12 rows against two. Each element is one float32 sum over K in
     order, the same bits either way (another order than :func:`product`'s, again whatever
     else is computed with it). At 128 rows on one AMD EPYC (Zen 4) core here ~10% (AVX2) and
-    ~20% (AVX-512) faster than OpenBLAS; slower from ~256 (the plan keeps BLAS there).
+    ~20% (AVX-512) faster than OpenBLAS; slower from ~256 (the plan keeps BLAS there). The
+    weight rows are split across ``threads`` (the same bits for any count).
 
     Raises:
         MemoryError: no memory for the panels (a copy of ``x``); nothing is computed.
@@ -207,7 +213,7 @@ def panel_product(x: np.ndarray, w: np.ndarray, wide: bool = WIDE) -> np.ndarray
     x, w, out = _operands(x, w)
     if out.size:
         fn = getattr(LIB, (_WIDE_PANELS if wide else _PANELS)[w.dtype])
-        if fn(address(w), *w.shape, address(x), x.shape[0], address(out)):
+        if fn(address(w), *w.shape, address(x), x.shape[0], address(out), max(1, threads)):
             raise MemoryError(f"panels of x {x.shape}: no memory for a copy of x")
     return out
 
@@ -324,4 +330,41 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, _F32)
     if out.size:
         LIB.trt_kv_sigmoid_float32(address(x), address(out), x.size)
+    return out
+
+
+def block_product(
+    codes: np.ndarray,
+    bits: int,
+    block: int,
+    scales: np.ndarray,
+    offsets: np.ndarray | None,
+    x: np.ndarray,
+    threads: int = 1,
+    panels: bool = False,
+    wide: bool = WIDE,
+) -> np.ndarray:
+    """``x [M, K] @ w^T`` -> float32 ``[M, N]`` for a weight held in blocks
+    (:class:`~trt_kv.interpreter.blocks.BlockWeight`: ``codes`` uint8 ``[N, K / 2]`` for
+    ``bits`` 4 or int8 ``[N, K]`` for 8, float16 ``scales`` and ``offsets`` ``[N, K / block]``),
+    read where it lies: ``w = d * code + o``. ``panels``: many rows (a prefill chunk), each
+    weight tile dequantized then multiplied as :func:`panel_product`; else each element
+    ``d . (codes . x)`` per block plus ``o . (x summed per block)``. The weight rows are split
+    across ``threads`` (never K: the same bits for any count); ``wide``: AVX-512.
+
+    Raises:
+        MemoryError: no memory for the call's scratch; nothing is computed.
+    """
+    expect_dtype("x", x, _F32)
+    x = _contiguous_aligned(x)
+    n, k = scales.shape[0], x.shape[1]
+    out = np.empty((x.shape[0], n), _F32)
+    if out.size:
+        fn = LIB.trt_kv_blocks_panels if panels else LIB.trt_kv_blocks_product
+        where = 0 if offsets is None else offsets.ctypes.data
+        if fn(
+            codes.ctypes.data, bits, n, k, block, scales.ctypes.data, where,
+            address(x), x.shape[0], address(out), max(1, threads), int(wide and WIDE),
+        ):  # fmt: skip
+            raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
     return out

@@ -25,7 +25,9 @@ from enum import Enum
 
 import numpy as np
 
-from trt_kv.interpreter import half, native
+from trt_kv.build_defaults import default_threads
+from trt_kv.errors import ArgumentError, mismatch
+from trt_kv.interpreter import blocks, half, native
 
 Array = np.ndarray
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -54,6 +56,33 @@ FEW_ROWS = 16
 # sequence and KV head: its per-call cost is not repaid below (measured: slower at 300 keys,
 # ~12% faster at 1024).
 NATIVE_KEYS = 1024
+# Rows up to which a product against a weight kept in blocks (Weight.BLOCKS) runs as the
+# helper's block product (codes widened in registers once for up to 4 rows), and up to which
+# as its block panels (tiles of weight rows dequantized, then the panel product); more rows,
+# or no helper: blocks of weight rows dequantized for the call, one BLAS product each. Not
+# measured for the block routes: NATIVE_ROWS's float32 bound and PANEL_ROWS taken over.
+BLOCK_ROWS = 8
+BLOCK_PANEL_ROWS = PANEL_ROWS
+# Threads the helper's products split their weight rows across (never K: the same bits for
+# any count): set_threads, else build_defaults.default_threads() ($TRT_KV_THREADS or the
+# cores this process may run on)
+_threads = [default_threads()]
+
+
+def threads() -> int:
+    """Threads the helper's products run on."""
+    return _threads[0]
+
+
+def set_threads(count: int) -> None:
+    """Run the helper's products on ``count`` threads from now on.
+
+    Raises:
+        ArgumentError: ``count`` not a positive integer.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ArgumentError(mismatch("threads", "a positive integer", "", count))
+    _threads[0] = count
 
 
 class Weight(str, Enum):
@@ -64,6 +93,7 @@ class Weight(str, Enum):
     STACKED = "stacked"  # the W of the products of one input, one above the other
     KEYS = "keys"  # a sequence's cached keys [Skv, H] for one KV head: attention scores
     OTHER = "other"  # any other second operand (not read transposed from row-major memory)
+    BLOCKS = "blocks"  # a blocks.BlockWeight: INT4/INT8 codes, block scales and offsets
 
 
 class Route(str, Enum):
@@ -75,12 +105,16 @@ class Route(str, Enum):
     FEW_ROWS = "few_rows"  # 2..16 rows, one BLAS call per block of W's rows fetched into L2
     WIDENED = "widened"  # a float16 W widened for the call (in blocks), one BLAS call a block
     BLAS = "blas"  # one NumPy product (for KEYS: the reference attention's own products)
+    BLOCK_NATIVE = "block_native"  # native.block_product: a decode step against BLOCKS
+    BLOCK_PANELS = "block_panels"  # native.block_product(panels=True): a prefill chunk
+    BLOCK_NUMPY = "block_numpy"  # blocks.numpy_product: weight rows dequantized per call
 
 
 # The members as module names for the functions below, which run for every product: reading
 # one through its Enum class costs ~0.1-0.3 us (Python 3.11), as much as the rest of choose
-_STORED, _NARROW, _STACKED, _KEYS, _OTHER = Weight
-_NATIVE, _PANELS, _ROW_DOTS, _FEW_ROWS, _WIDENED, _BLAS = Route
+_STORED, _NARROW, _STACKED, _KEYS, _OTHER, _BLOCKS = Weight
+_NATIVE, _PANELS, _ROW_DOTS, _FEW_ROWS, _WIDENED, _BLAS, *_BLOCK_ROUTES = Route
+_BLOCK_NATIVE, _BLOCK_PANELS, _BLOCK_NUMPY = _BLOCK_ROUTES
 
 
 def native_rows(dtype: np.dtype, built: bool | None = None) -> int:
@@ -120,7 +154,13 @@ def choose(
       does not take the dtype; None for more rows (each product then chooses its own).
     - KEYS: NATIVE up to :data:`NATIVE_ROWS` against :data:`NATIVE_KEYS` keys or more, else
       BLAS.
+    - BLOCKS (float32 rows): BLOCK_NATIVE up to :data:`BLOCK_ROWS`, BLOCK_PANELS up to
+      :data:`BLOCK_PANEL_ROWS`, else (or without the helper) BLOCK_NUMPY.
     """
+    if weight is _BLOCKS:
+        if not (half.NATIVE if built is None else built) or rows > BLOCK_PANEL_ROWS:
+            return _BLOCK_NUMPY
+        return _BLOCK_NATIVE if rows <= BLOCK_ROWS else _BLOCK_PANELS
     if weight is _OTHER or (weight is _STORED and n * k < STORED_SIZE):
         return _BLAS
     if rows_dtype != (_F32 if dtype == _F16 else dtype):  # rows the helper does not take
@@ -141,12 +181,20 @@ def choose(
     return _FEW_ROWS if rows <= FEW_ROWS and dtype == _F32 else _BLAS
 
 
-def multiply(route: Route, x: Array, w: Array) -> Array:
-    """``x [M, K] @ w^T`` -> ``[M, N]`` for ``w [N, K]`` by ``route`` (ROW_DOTS: one row)."""
+def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight) -> Array:
+    """``x [M, K] @ w^T`` -> ``[M, N]`` for ``w [N, K]`` by ``route`` (ROW_DOTS: one row; the
+    BLOCK routes: ``w`` a :class:`~trt_kv.interpreter.blocks.BlockWeight`, ``x`` float32)."""
+    if route in _BLOCK_ROUTES:
+        blocks.COUNTS[route.value] += 1
+        if route is _BLOCK_NUMPY:
+            return blocks.numpy_product(x, w)
+        return native.block_product(
+            w.codes, w.bits, w.block, w.scales, w.offsets, x, _threads[0], route is _BLOCK_PANELS
+        )
     if route is _NATIVE:
-        return native.product(x, w)
+        return native.product(x, w, threads=_threads[0])
     if route is _PANELS:
-        return native.panel_product(x, w)
+        return native.panel_product(x, w, threads=_threads[0])
     if route is _ROW_DOTS:
         return row_dots(w, x[0])[None]
     if route is _FEW_ROWS:
@@ -154,6 +202,14 @@ def multiply(route: Route, x: Array, w: Array) -> Array:
     if route is _WIDENED:
         return _widened(x, w)
     return x @ w.T
+
+
+def block_product(x: Array, w: blocks.BlockWeight) -> Array:
+    """``x [..., K] @ w^T`` -> float32 ``[..., N]`` for a weight kept in blocks, float32 (or
+    float16) rows, by the BLOCKS routes (:func:`choose`)."""
+    rows = np.asarray(x, dtype=_F32).reshape(-1, x.shape[-1])
+    route = choose(_BLOCKS, rows.shape[0], *w.shape, _F32, _F32)
+    return multiply(route, rows, w).reshape(*x.shape[:-1], w.shape[0])
 
 
 def stored_product(a: Array, b: Array) -> Array:

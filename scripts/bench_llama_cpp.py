@@ -1,0 +1,196 @@
+"""The CPU interpreter against llama.cpp on the same GGUF (issue 41): prefill and decode.
+
+    python scripts/bench_llama_cpp.py                      # the default model, 1 and 2 threads
+    python scripts/bench_llama_cpp.py --threads 1 --steps 16 --no-llama
+
+For each weight format (``float16``: the float16 engine's network; ``keep``: the GGUF's
+quantized matrices kept, run as block products), each thread count and batch (1, 8): a
+128-token prefill (tokens/s) and decode steps after it (ms/step, ms/token), the time a step
+spends in the products (``products.multiply``: every helper / BLAS product route) against
+the rest, and with ``keep`` the bytes the interpreter holds for the quantized matrices
+(codes + scales + offsets) against those tensors' bytes in the GGUF. llama.cpp's
+``llama-bench -p 128 -n 128`` runs in the same process tree at each thread count
+(``$LLAMA_BENCH``, else ``../shared/llama.cpp/run llama-bench``, beside the checkout or its
+folder). Targets (issue 41): decode
+B=1 keep <= 1.25x llama.cpp's ms/token; prefill not below llama.cpp's; held bytes <= 1.1x.
+Times are wall-clock medians (best in brackets) of ``--repeats`` runs on a machine others
+may share: compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the BLAS routes: one thread, as timed
+
+import numpy as np
+
+from trt_kv.checkpoints import default_gguf
+from trt_kv.interpreter import compile_network, products
+from trt_kv.interpreter.blocks import BlockWeight
+from trt_kv.models.llama import build_llama_network
+from trt_kv.models.loading import load_model
+
+PROMPT = 128
+# ../shared/llama.cpp/run beside the checkout (or beside the folder of worktrees holding it)
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA_RUNS = [folder / "shared" / "llama.cpp" / "run" for folder in (ROOT.parent, ROOT.parents[1])]
+
+
+class ProductClock:
+    """Seconds spent in ``products.multiply`` (wrapped while the bench runs)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.inner = products.multiply
+
+        def timed(*args: object) -> np.ndarray:
+            start = time.perf_counter()
+            try:
+                return self.inner(*args)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        products.multiply = timed
+
+
+def _feed(plan: object, caches: dict, ids: np.ndarray, start: np.ndarray) -> dict:
+    b, s = ids.shape
+    feed = {
+        "input_ids": ids.astype(np.int32),
+        "position_ids": (start[:, None] + np.arange(s)[None]).astype(np.int64),
+        "write_indices": start.astype(np.int32),
+        "last_token_rows": (np.arange(b) * s + s - 1).astype(np.int32),
+    }
+    return {k: v for k, v in (feed | caches).items() if k in plan.input_names}
+
+
+def run_case(plan: object, model: object, batch: int, steps: int, clock: ProductClock) -> dict:
+    """One prefill of ``PROMPT`` tokens a sequence, then ``steps`` decode steps."""
+    cfg, s_max = model.config, PROMPT + steps + 1
+    shape = (batch, cfg.num_key_value_heads, s_max, cfg.head_dim)
+    names = [n for n in plan.input_names if n.startswith("past_")]
+    caches = {n: np.zeros(shape, np.float32) for n in names}
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, cfg.vocab_size, (batch, PROMPT))
+    start = time.perf_counter()
+    plan.run(_feed(plan, caches, ids, np.zeros(batch, np.int64)))
+    prefill = time.perf_counter() - start
+    times, product_times = [], []
+    for i in range(steps):
+        ids = rng.integers(1, cfg.vocab_size, (batch, 1))
+        clock.seconds = 0.0
+        start = time.perf_counter()
+        plan.run(_feed(plan, caches, ids, np.full(batch, PROMPT + i)))
+        times.append(time.perf_counter() - start)
+        product_times.append(clock.seconds)
+    return {
+        "prefill_tok_s": batch * PROMPT / prefill,
+        "step_ms": 1e3 * float(np.median(times)),
+        "step_best_ms": 1e3 * min(times),
+        "products_ms": 1e3 * float(np.median(product_times)),
+    }
+
+
+def held_block_bytes() -> int:
+    """Bytes of the live :class:`BlockWeight` objects (the plan's quantized matrices)."""
+    gc.collect()
+    return sum(o.nbytes for o in gc.get_objects() if isinstance(o, BlockWeight))
+
+
+def gguf_quantized_bytes(model: object, held_float: list[str]) -> int:
+    """Bytes in the GGUF of the matrices the network keeps quantized (not those it holds in
+    the activation dtype, ``held_float``: the tied embedding)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    total = 0
+    for name, q in model.weights.quantized.items():
+        if name not in held_float:
+            weights, size = GGML_QUANT_SIZES[GGMLQuantizationType[q.source]]
+            total += q.codes.size // weights * size
+    return total
+
+
+def llama_bench(path: Path, threads: list[int], repeats: int) -> dict[int, dict]:
+    """llama-bench's prefill tok/s and decode ms/token per thread count (B=1)."""
+    run = next((p for p in LLAMA_RUNS if p.is_file()), LLAMA_RUNS[0])
+    command = shlex.split(os.environ.get("LLAMA_BENCH", "")) or [str(run), "llama-bench"]
+    argv = [*command, "-m", str(path), "-p", str(PROMPT), "-n", "128", "-o", "json"]
+    argv += ["-t", ",".join(map(str, threads)), "-r", str(repeats)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    found: dict[int, dict] = {}
+    for row in json.loads(out):
+        entry = found.setdefault(int(row["n_threads"]), {})
+        if row["n_prompt"]:
+            entry["prefill_tok_s"] = float(row["avg_ts"])
+        else:
+            entry["ms_token"] = 1e3 / float(row["avg_ts"])
+    return found
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--weights", nargs="+", default=["float16", "keep"])
+    p.add_argument("--steps", type=int, default=32, help="decode steps timed")
+    p.add_argument("--repeats", type=int, default=3, help="llama-bench repetitions")
+    p.add_argument("--no-llama", action="store_true", help="skip llama.cpp")
+    args = p.parse_args()
+    path = default_gguf()
+    model = load_model("default")
+    rows = []
+    llama = {} if args.no_llama else llama_bench(path, args.threads, args.repeats)
+    for weights in args.weights:
+        before = held_block_bytes()
+        net = build_llama_network(
+            model.config, model.weights, max_seq_len=PROMPT + args.steps + 1,
+            max_batch=max(args.batch), max_step_tokens=PROMPT, dtype="float16",
+            weight_format=None if weights == "float16" else weights,
+        )  # fmt: skip
+        plan = compile_network(net.network, wide_float16_caches=True)
+        held = held_block_bytes() - before
+        clock = ProductClock()
+        for threads in args.threads:
+            products.set_threads(threads)
+            for batch in args.batch:
+                r = run_case(plan, model, batch, args.steps, clock)
+                rows.append({"weights": weights, "threads": threads, "batch": batch, **r})
+        products.multiply = clock.inner
+        if held:
+            gguf = gguf_quantized_bytes(model, net.weight_storage["activation_dtype"]["matrices"])
+            print(f"{weights}: quantized matrices held {held / 2**20:.1f} MiB, in the GGUF "
+                  f"{gguf / 2**20:.1f} MiB ({held / gguf:.2f}x; target <= 1.1x)")  # fmt: skip
+        del plan, net
+    print(format_table(rows, llama))
+
+
+def format_table(rows: list[dict], llama: dict[int, dict]) -> str:
+    head = "| side | threads | B | prefill 128 tok/s | decode ms/step (best) | ms/token | "
+    head += "products / rest ms a step | vs llama.cpp ms/token |\n|---|---|---|---|---|---|---|---|"
+    lines = [head]
+    for t, r in sorted(llama.items()):
+        lines.append(f"| llama.cpp | {t} | 1 | {r['prefill_tok_s']:.0f} | | "
+                     f"{r['ms_token']:.2f} | | 1.00x |")  # fmt: skip
+    for r in rows:
+        per_token = r["step_ms"] / r["batch"]
+        ref = llama.get(r["threads"], {}).get("ms_token") if r["batch"] == 1 else None
+        ratio = f"{per_token / ref:.2f}x" if ref else ""
+        rest = r["step_ms"] - r["products_ms"]
+        lines.append(
+            f"| interpreter {r['weights']} | {r['threads']} | {r['batch']} | "
+            f"{r['prefill_tok_s']:.0f} | {r['step_ms']:.2f} ({r['step_best_ms']:.2f}) | "
+            f"{per_token:.2f} | {r['products_ms']:.1f} / {rest:.1f} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""A fast plan's quantized products, each run as one product over the blocks as stored.
+
+:func:`~trt_kv.quantization.network.quantized_linear` puts a quantized matrix in a network as
+``x @ dequantize(codes, scales)^T`` (an ``IDequantizeLayer`` over two constants, read by a
+matrix product), plus, for a type with a minimum per block, ``+ sums @ offsets^T`` where
+``sums`` is ``x`` summed per block (``x`` cast to float32, reshaped to ``[-1, blocks,
+block]``, reduced over the last axis, cast back). :func:`find` recognises these layers in a
+network; :func:`apply` replaces them in a fast plan's steps by one step that multiplies ``x``
+by a :class:`~trt_kv.interpreter.blocks.BlockWeight` (codes, scales and offsets read in place,
+:func:`~trt_kv.interpreter.products.block_product`), and runs the products of one input (Q/K/V,
+gate/up) as one call. The step's output is rounded to its declared dtype as before; the value
+is the product with ``d * code + o`` summed in float32, within float32 rounding of
+dequantize-then-multiply (the network's own form rounds ``d * code``, the offsets' product
+and the sum each to the activation dtype). A quantized matrix whose scales or offsets are not
+float16 values (a float32 network's K-quant scales, say) keeps the network's layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from trt_kv._trt import trt
+from trt_kv.errors import TrtKvError
+from trt_kv.interpreter import products
+from trt_kv.interpreter.blocks import BlockWeight
+from trt_kv.interpreter.registry import Kernel
+
+_L = trt.LayerType
+_CLASSES = {
+    _L.CONSTANT: trt.IConstantLayer,
+    _L.DEQUANTIZE: trt.IDequantizeLayer,
+    _L.MATRIX_MULTIPLY: trt.IMatrixMultiplyLayer,
+    _L.ELEMENTWISE: trt.IElementWiseLayer,
+    _L.SHUFFLE: trt.IShuffleLayer,
+    _L.REDUCE: trt.IReduceLayer,
+    _L.CAST: trt.ICastLayer,
+    _L.SLICE: trt.ISliceLayer,
+}
+
+
+@dataclass(frozen=True)
+class Match:
+    """One quantized product: the layer whose output it gives (the product, or the sum with
+    the offsets' product), its input ``x``, the constants' layers and the layers it replaces."""
+
+    output_layer: str
+    x_layer: str  # a replaced layer whose input 0 is x
+    rounding: str  # the layer whose output rounding the product's takes (the sum, say)
+    x: str
+    bits: int
+    codes: str
+    scales: str
+    offsets: str | None
+    replaced: frozenset[str]
+
+
+class _Graph:
+    """A network's layers (downcast), each tensor's producer and readers."""
+
+    def __init__(self, network: object) -> None:
+        self.layers = {}
+        self.producer: dict[str, object] = {}
+        self.readers: dict[str, list[object]] = {}
+        for i in range(network.num_layers):
+            layer = network.get_layer(i)
+            if layer.type in _CLASSES:
+                layer.__class__ = _CLASSES[layer.type]
+            self.layers[layer.name] = layer
+            for j in range(layer.num_outputs):
+                self.producer[layer.get_output(j).name] = layer
+            for j in range(layer.num_inputs):
+                t = layer.get_input(j)
+                if t is not None:
+                    self.readers.setdefault(t.name, []).append(layer)
+        self.outputs = {network.get_output(i).name for i in range(network.num_outputs)}
+        self.unique = len(self.layers) == network.num_layers
+
+    def source(self, layer: object, j: int, kind: object) -> object | None:
+        """The producer of ``layer``'s input ``j`` where it is a ``kind`` layer whose output
+        only ``layer`` reads (and no network output), else None."""
+        t = layer.get_input(j) if j < layer.num_inputs else None
+        p = None if t is None else self.producer.get(t.name)
+        if p is None or p.type != kind or t.name in self.outputs:
+            return None
+        return p if len(self.readers.get(t.name, [])) == 1 else None
+
+    def only_reader(self, layer: object) -> object | None:
+        name = layer.get_output(0).name
+        readers = self.readers.get(name, [])
+        return readers[0] if len(readers) == 1 and name not in self.outputs else None
+
+
+def _product_of_transposed(layer: object | None) -> bool:
+    m = trt.MatrixOperation
+    return (
+        layer is not None
+        and layer.type == _L.MATRIX_MULTIPLY
+        and (layer.op0, layer.op1) == (m.NONE, m.TRANSPOSE)
+    )
+
+
+def find(network: object) -> list[Match]:
+    """The quantized products of ``network`` (see the module), in layer order."""
+    g = _Graph(network)
+    if not g.unique:  # steps are named by layer: names must tell layers apart
+        return []
+    found = []
+    for deq in g.layers.values():
+        if deq.type != _L.DEQUANTIZE or deq.axis != 1 or deq.num_inputs > 2:
+            continue
+        codes, scales = g.source(deq, 0, _L.CONSTANT), g.source(deq, 1, _L.CONSTANT)
+        product = g.only_reader(deq)
+        if codes is None or scales is None or not _product_of_transposed(product):
+            continue
+        shape, blocks = tuple(codes.shape), tuple(scales.shape)
+        x = product.get_input(0).name
+        if len(shape) != 2 or len(blocks) != 2 or len(tuple(product.get_input(0).shape)) != 2:
+            continue
+        replaced = {deq.name, product.name}
+        bits = 4 if codes.get_output(0).dtype == trt.int4 else 8
+        chain = _offsets_chain(g, product, x, (blocks[1], shape[1] // max(blocks[1], 1)))
+        out, offsets = product, None
+        if chain is not None:
+            out, offsets, layers = chain
+            replaced |= layers
+        x_layer, rounding = product.name, out.name
+        flat = _flattened(g, out, x, replaced)
+        if flat is not None:
+            out, x_layer, x, layers = flat
+            replaced |= layers
+        names = (out.name, x_layer, rounding, x, bits, codes.name, scales.name)
+        found.append(Match(*names, offsets and offsets.name, frozenset(replaced - {out.name})))
+    return found
+
+
+def _offsets_chain(
+    g: _Graph, product: object, x: str, blocks: tuple[int, int]
+) -> tuple[object, object, set[str]] | None:
+    """``(the sum, the offsets' constant, the chain's layers)`` where ``product``'s output is
+    added to ``sums @ offsets^T`` with ``sums`` = ``x`` summed per block, else None.
+    ``blocks``: (blocks a row, weights a block)."""
+    add = g.only_reader(product)
+    if add is None or add.type != _L.ELEMENTWISE or add.op != trt.ElementWiseOperation.SUM:
+        return None
+    other = 1 if add.get_input(0).name == product.get_output(0).name else 0
+    second = g.source(add, other, _L.MATRIX_MULTIPLY)
+    if not _product_of_transposed(second):
+        return None
+    offsets = g.source(second, 1, _L.CONSTANT)
+    if offsets is None or tuple(offsets.shape)[1:] != blocks[:1]:
+        return None
+    layers = {add.name, second.name}
+    at = g.source(second, 0, _L.CAST) or g.source(second, 0, _L.REDUCE)
+    if at is not None and at.type == _L.CAST:
+        layers.add(at.name)
+        at = g.source(at, 0, _L.REDUCE)
+    if at is None or at.op != trt.ReduceOperation.SUM or at.axes != 1 << 2 or at.keep_dims:
+        return None
+    layers.add(at.name)
+    shuffle = g.source(at, 0, _L.SHUFFLE)
+    identity = (0, 1, 2)
+    if (
+        shuffle is None
+        or shuffle.num_inputs > 1
+        or tuple(shuffle.reshape_dims) != (-1, *blocks)
+        or tuple(shuffle.first_transpose)[:3] != identity
+        or tuple(shuffle.second_transpose)[:3] != identity
+    ):
+        return None
+    layers.add(shuffle.name)
+    t = shuffle.get_input(0).name
+    if t != x:
+        cast = g.source(shuffle, 0, _L.CAST)
+        if cast is None or cast.get_input(0).name != x:
+            return None
+        layers.add(cast.name)
+    return add, offsets, layers
+
+
+def _flattened(
+    g: _Graph, out: object, x: str, replaced: set[str]
+) -> tuple[object, str, str, set[str]] | None:
+    """For a rank-3 input: ``(the reshape back, the flattening layer, its input, the layers of
+    both)`` where ``x`` is a ``[-1, K]`` reshape of an input ``X`` that only the replaced layers
+    read, and ``out``'s only reader reshapes it to ``X``'s leading dims and ``N`` (its shape
+    from ``X``'s: shape, slice, concatenation); else None."""
+    flatten = g.producer.get(x)
+    if flatten is None or flatten.type != _L.SHUFFLE or flatten.num_inputs > 1:
+        return None
+    dims = tuple(flatten.reshape_dims)
+    if len(dims) != 2 or dims[0] != -1:
+        return None
+    if any(r.name not in replaced for r in g.readers.get(x, [])) or x in g.outputs:
+        return None
+    source = flatten.get_input(0).name
+    back = g.only_reader(out)
+    if back is None or back.type != _L.SHUFFLE or back.num_inputs != 2:
+        return None
+    concat = g.source(back, 1, _L.CONCATENATION)
+    if concat is None or concat.num_inputs != 2:
+        return None
+    lead = g.source(concat, 0, _L.SLICE)
+    shape = None if lead is None else g.source(lead, 0, _L.SHAPE)
+    if shape is None or shape.get_input(0).name != source:
+        return None
+    rank = len(tuple(flatten.get_input(0).shape))
+    if (
+        tuple(lead.start)[:1] != (0,)
+        or tuple(lead.shape) != (rank - 1,)
+        or tuple(lead.stride) != (1,)
+    ):
+        return None
+    return back, flatten.name, source, {flatten.name, concat.name, lead.name, shape.name}
+
+
+def apply(steps: list, matches: list[Match]) -> list:
+    """``steps`` (a fast plan's, before its constants are folded) with each match's layers
+    replaced by one step ``x @ W^T`` over its :class:`BlockWeight` (products of one input run
+    as one call); a match whose scales or offsets are not float16 values stays as it is."""
+    by_name = {step.layer: i for i, step in enumerate(steps)}
+    value = lambda name: steps[by_name[name]].kernel.fn(())  # noqa: E731 (a constant's)
+    fused: dict[str, tuple] = {}  # output layer -> (x input, weight, output rounding)
+    dropped: set[str] = set()
+    for m in matches:
+        if not all(name in by_name for name in (*m.replaced, m.output_layer, m.rounding)):
+            continue
+        try:
+            offsets = None if m.offsets is None else value(m.offsets)
+            w = BlockWeight.from_codes(value(m.codes), value(m.scales), offsets, m.bits)
+        except TrtKvError:
+            continue
+        rounding = steps[by_name[m.rounding]].outputs[0][1]
+        fused[m.output_layer] = (steps[by_name[m.x_layer]].inputs[0], w, rounding)
+        dropped |= m.replaced
+    groups: dict[str, list[str]] = {}
+    for name, ((x, _), _, _) in fused.items():
+        groups.setdefault(x, []).append(name)
+    runs: dict[str, Callable] = {}
+    for names in groups.values():
+        runs |= _group_runs([(n, fused[n][1]) for n in names])
+    out = []
+    for step in steps:
+        if step.layer in dropped:
+            continue
+        if step.layer in fused:
+            x, _, rounding = fused[step.layer]
+            outputs = ((step.outputs[0][0], rounding),)
+            step = replace(step, kernel=Kernel(runs[step.layer]), inputs=(x,), outputs=outputs)
+        out.append(step)
+    return out
+
+
+def _group_runs(members: list[tuple[str, BlockWeight]]) -> dict[str, Callable]:
+    """Each member's kernel: the members that stack (same K, bits, block, offsets or not)
+    share one product of their stacked weights, each taking its columns."""
+    runs: dict[str, Callable] = {}
+    left = list(members)
+    while left:
+        (first, w), rest = left[0], left[1:]
+        together = [(first, w)] + [(n, v) for n, v in rest if w.joins(v)]
+        left = [(n, v) for n, v in rest if not w.joins(v)]
+        if len(together) == 1:
+            runs[first] = lambda x, w=w: products.block_product(x[0], w)
+            continue
+        shared = _Shared(w.stacked([v for _, v in together[1:]]))
+        lo = 0
+        for name, v in together:
+            runs[name] = shared.columns(lo, lo + v.shape[0])
+            lo += v.shape[0]
+    return runs
+
+
+class _Shared:
+    """One product of stacked weights for the input last seen, its columns served to each
+    member (the input held and its values kept, as layout's shared products do)."""
+
+    def __init__(self, weight: BlockWeight) -> None:
+        self.weight = weight
+        self.last: tuple[np.ndarray | None, ...] = (None, None, None)
+
+    def columns(self, lo: int, hi: int) -> Callable:
+        def run(x: list) -> np.ndarray:
+            a, last = x[0], self.last
+            if last[0] is not a or not np.array_equal(last[1], a):
+                last = self.last = (a, a.copy(), products.block_product(a, self.weight))
+            return last[2][..., lo:hi]
+
+        return run
