@@ -76,9 +76,10 @@ def test_token_id_prompts_on_the_emulated_gpu_equal_generate(onnx_model, tmp_pat
 
 def test_a_text_prompt_without_a_tokenizer_is_refused_by_name(onnx_model):
     path, _, _ = onnx_model
-    with app_server(["--model", str(path), "--backend", "interpreter", *SIZES]) as (url, _):
-        with (
-            openai.OpenAI(base_url=url, api_key="x", max_retries=0) as c,
-            pytest.raises(openai.BadRequestError, match="this model has no tokenizer"),
-        ):
-            c.completions.create(model=MODEL, prompt="w5 w6", max_tokens=2)
+    options = ["--model", str(path), "--backend", "interpreter", *SIZES]
+    with (
+        app_server(options) as (url, _),
+        openai.OpenAI(base_url=url, api_key="x", max_retries=0) as c,
+        pytest.raises(openai.BadRequestError, match="this model has no tokenizer"),
+    ):
+        c.completions.create(model=MODEL, prompt="w5 w6", max_tokens=2)
