@@ -54,12 +54,18 @@ class FlatCache(torch.nn.Module):
         )
 
 
+def cache_shape(model: torch.nn.Module) -> tuple[int, int, int]:
+    """``(layers, N, H)`` of ``model``'s cache: each layer's keys and values ``[B, N, P, H]``."""
+    c = model.config
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return c.num_hidden_layers, kv_heads, head_dim
+
+
 def export_decoder(model: torch.nn.Module, path: Path, opset: int = 18) -> Path:
-    """Write ``model`` (a causal LM, eval mode, attention ``"eager"``) to ``path``."""
-    config = model.config
-    layers = config.num_hidden_layers
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    """Write ``model`` (a causal LM, attention ``"eager"``) to ``path``; ``model`` is in eval
+    mode after (dropout off), whatever its mode before."""
+    layers, kv_heads, head_dim = cache_shape(model)
     past = [torch.zeros(1, kv_heads, 3, head_dim) for _ in range(2 * layers)]
     ids, positions = torch.tensor([[1, 2]]), torch.tensor([[3, 4]])
     mask = torch.ones(1, 5, dtype=torch.long)
@@ -77,7 +83,7 @@ def export_decoder(model: torch.nn.Module, path: Path, opset: int = 18) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            FlatCache(model).eval(),  # a new module trains: export would leave model training
+            FlatCache(model).eval(),  # a new module trains: export restores that mode, model's too
             (ids, mask, positions, *past),
             str(path),
             input_names=["input_ids", "attention_mask", "position_ids", *past_names],

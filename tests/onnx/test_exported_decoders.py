@@ -44,6 +44,33 @@ def test_onnxruntime_on_the_export_equals_transformers(exported):
     assert ort == hf
 
 
+@pytest.mark.parametrize("family", MODELS)
+def test_an_export_with_dropout_leaves_the_model_in_eval_mode(family, tmp_path):
+    """Dropout 0.5 in the config: the export's logits equal transformers' of the same model
+    object after the export (torch's exporter restores its wrapper's mode: a training wrapper
+    would switch the model's dropout on)."""
+    import onnxruntime
+    import torch
+
+    model = tiny_model(family, dropout=0.5)
+    session = onnxruntime.InferenceSession(
+        str(export(model, tmp_path / "dropout.onnx")), providers=["CPUExecutionProvider"]
+    )
+    prompt = np.array([PROMPTS[0]], np.int64)
+    feed = {
+        i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+        for i in session.get_inputs()
+        if i.name.startswith("past_key_values.")
+    }
+    positions = np.arange(prompt.shape[1], dtype=np.int64)[None]
+    mask = np.ones_like(prompt)
+    names = {"input_ids": prompt, "attention_mask": mask, "position_ids": positions}
+    (logits,) = session.run(["logits"], {**names, **feed})
+    with torch.no_grad():
+        want = model(input_ids=torch.from_numpy(prompt), attention_mask=torch.from_numpy(mask))
+    np.testing.assert_allclose(logits, want.logits.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_interpreter_ids_equal_onnxruntimes_in_one_batch(exported):
     _, path, _, ort = exported
     got = generate(Session(InterpreterBackend(_decoder(path).decoder)), PROMPTS, NEW_TOKENS).ids
