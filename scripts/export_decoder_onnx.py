@@ -62,9 +62,12 @@ def cache_shape(model: torch.nn.Module) -> tuple[int, int, int]:
     return c.num_hidden_layers, kv_heads, head_dim
 
 
-def export_decoder(model: torch.nn.Module, path: Path, opset: int = 18) -> Path:
-    """Write ``model`` (a causal LM, attention ``"eager"``) to ``path``; ``model`` is in eval
-    mode after (dropout off), whatever its mode before."""
+def export_decoder(
+    model: torch.nn.Module, path: Path, opset: int = 18, dynamo: bool = False
+) -> Path:
+    """Write ``model`` (a causal LM, attention ``"eager"``) to ``path`` by torch's TorchScript
+    exporter (``dynamo=False``, the default) or its dynamo exporter (``torch.export``, needs
+    onnxscript); ``model`` is in eval mode after (dropout off), whatever its mode before."""
     layers, kv_heads, head_dim = cache_shape(model)
     past = [torch.zeros(1, kv_heads, 3, head_dim) for _ in range(2 * layers)]
     ids, positions = torch.tensor([[1, 2]]), torch.tensor([[3, 4]])
@@ -72,14 +75,21 @@ def export_decoder(model: torch.nn.Module, path: Path, opset: int = 18) -> Path:
     cache_names = [f"{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
     past_names = [f"past_key_values.{n}" for n in cache_names]
     present_names = [f"present.{n}" for n in cache_names]
-    axes = {
-        "input_ids": {0: "batch", 1: "sequence"},
-        "position_ids": {0: "batch", 1: "sequence"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "logits": {0: "batch", 1: "sequence"},
-        **{n: {0: "batch", 2: "past"} for n in past_names},
-        **{n: {0: "batch", 2: "total"} for n in present_names},
-    }
+    if dynamo:  # every size dynamic: torch.export finds how they relate (P + S = total)
+        d = torch.export.Dim.DYNAMIC
+        rows, cache = {0: d, 1: d}, {0: d, 2: d}
+        shapes = {"dynamic_shapes": (rows, rows, rows, (cache,) * len(past)), "dynamo": True}
+        shapes.update(external_data=False, verbose=False)
+    else:
+        axes = {
+            "input_ids": {0: "batch", 1: "sequence"},
+            "position_ids": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "total"},
+            "logits": {0: "batch", 1: "sequence"},
+            **{n: {0: "batch", 2: "past"} for n in past_names},
+            **{n: {0: "batch", 2: "total"} for n in present_names},
+        }
+        shapes = {"dynamic_axes": axes, "dynamo": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -88,9 +98,8 @@ def export_decoder(model: torch.nn.Module, path: Path, opset: int = 18) -> Path:
             str(path),
             input_names=["input_ids", "attention_mask", "position_ids", *past_names],
             output_names=["logits", *present_names],
-            dynamic_axes=axes,
             opset_version=opset,
-            dynamo=False,
+            **shapes,
         )
     return path
 
