@@ -1,7 +1,7 @@
-"""Exported transformers decoders (tiny random Llama and GPT-2, torch's TorchScript exporter)
-rewritten and run by trt_kv: greedy ids equal onnxruntime's on the ORIGINAL graph (growing
-cache, each prompt alone) and transformers', on the interpreter at float32 and on (emulated)
-TensorRT, 32 new tokens for 3 prompts of different lengths in one batch."""
+"""Exported transformers decoders (tiny random Llama and GPT-2, by torch's TorchScript and
+dynamo exporters) rewritten and run by trt_kv: greedy ids equal onnxruntime's on the ORIGINAL
+graph (growing cache, each prompt alone) and transformers', on the interpreter at float32 and
+on (emulated) TensorRT, 32 new tokens for 3 prompts of different lengths in one batch."""
 
 from __future__ import annotations
 
@@ -23,16 +23,25 @@ from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 S_MAX = 64
 MODELS = ("gpt2", "llama")
+# torch's two exporters: TorchScript's (dynamo=False) and the dynamo exporter (torch 2.13's
+# default, through onnxscript), whose shapes come from the caches' symbolic past length
+EXPORTS = [(m, dynamo) for dynamo in (False, True) for m in MODELS]
 
 
-@pytest.fixture(scope="module", params=MODELS)
+@pytest.fixture(
+    scope="module",
+    params=EXPORTS,
+    ids=[f"{m}-{'dynamo' if d else 'torchscript'}" for m, d in EXPORTS],
+)
 def exported(request, tmp_path_factory):
     """(name, .onnx path, transformers' ids, onnxruntime's ids on the original graph)."""
-    model = tiny_model(request.param)
-    path = export(model, tmp_path_factory.mktemp(request.param) / f"{request.param}.onnx")
+    family, dynamo = request.param
+    model = tiny_model(family)
+    name = f"{family}-dynamo" if dynamo else family
+    path = export(model, tmp_path_factory.mktemp(name) / f"{name}.onnx", dynamo=dynamo)
     hf = greedy_ids(model, PROMPTS, NEW_TOKENS)
     ort = [ort_greedy(path, p, NEW_TOKENS) for p in PROMPTS]
-    return request.param, path, hf, ort
+    return name, path, hf, ort
 
 
 def _decoder(path):

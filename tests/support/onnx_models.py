@@ -25,9 +25,10 @@ def exporter() -> object:
     return module
 
 
-def export(model: object, path: Path) -> Path:
-    """``model`` exported to ``path`` by scripts/export_decoder_onnx.py."""
-    return exporter().export_decoder(model, path)
+def export(model: object, path: Path, dynamo: bool = False) -> Path:
+    """``model`` exported to ``path`` by scripts/export_decoder_onnx.py (torch's TorchScript
+    exporter, or its dynamo exporter)."""
+    return exporter().export_decoder(model, path, dynamo=dynamo)
 
 
 def ort_greedy(path: Path, prompt: list[int], n: int) -> list[int]:
