@@ -3,10 +3,13 @@ and transformers.js use: inputs ``input_ids``, ``attention_mask``, ``position_id
 ``past_key_values.{i}.key/value`` ``[B, N, P, H]``; outputs ``logits`` and
 ``present.{i}.key/value`` ``[B, N, P + S, H]``. The input ``trt-kv --model FILE.onnx`` takes.
 
-    python scripts/export_decoder_onnx.py MODEL_FOLDER decoder.onnx
+    python scripts/export_decoder_onnx.py MODEL_FOLDER decoder.onnx [--dynamo]
 
-It uses torch's TorchScript exporter (``dynamo=False``: one trace, graphs of plain ONNX ops)
-and the eager attention (matmul, an added mask, softmax), which trt_kv's rewrite reads.
+It uses torch's TorchScript exporter (``dynamo=False``: one trace, graphs of plain ONNX ops;
+seconds for SmolLM2), or with ``--dynamo`` torch's dynamo exporter (``torch.export`` then
+onnxscript; torch 2.13's default: every size marked ``Dim.DYNAMIC``, the graph computes
+shapes from the caches' symbolic past length, which trt_kv's rewrite maps), and the eager
+attention (matmul, an added mask, softmax), which trt_kv's rewrite reads.
 transformers 5 keeps its cache in a ``DynamicCache``; :class:`FlatCache` takes and returns the
 flat tensors.
 """
@@ -108,11 +111,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a Hugging Face model folder (or hub id)")
     p.add_argument("out", type=Path, help="the .onnx file to write")
+    p.add_argument(
+        "--dynamo",
+        action="store_true",
+        help="torch's dynamo exporter (torch.export, needs onnxscript) instead of TorchScript's",
+    )
     args = p.parse_args()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         args.model, attn_implementation="eager", dtype=torch.float32
     ).eval()
-    print(export_decoder(model, args.out))
+    print(export_decoder(model, args.out, dynamo=args.dynamo))
 
 
 if __name__ == "__main__":
