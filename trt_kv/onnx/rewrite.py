@@ -101,7 +101,8 @@ def rewrite_decoder(
         NetworkError, ShapeError: as :func:`~trt_kv.onnx.match.find_caches`; no
             ``input_ids`` or ``position_ids`` input (positions computed from the past length
             cannot be mapped); an attention ``Softmax`` over a cache without an ``Add`` of a
-            mask before it; something still reading the past length or ``attention_mask``.
+            mask before it; something other than its update still reading a cache input
+            (a ``Shape`` of one is mapped: :func:`_past_lengths`) or ``attention_mask``.
     """
     check_int("max_seq_len", max_seq_len, 1)
     if update_op not in UPDATE_OPS:
@@ -294,8 +295,9 @@ def _mask_attention(
 
 
 def _check_no_past_length(graph: gs.Graph, caches: list[GrowingCache], updates: set[str]) -> None:
-    """NetworkError when something other than the cache updates still reads a cache input
-    (its shape is now ``S_max``, not the past length) or the export's attention mask."""
+    """NetworkError when something other than the cache updates (and the slices of
+    :func:`_past_lengths`) still reads a cache input (its shape is now ``S_max``, not the past
+    length) or the export's attention mask."""
     for c in caches:
         for node in c.past.outputs:
             if node.name not in updates:
