@@ -58,6 +58,20 @@ def test_built_engine_runs_on_the_emulated_gpu_in_another_process(onnx_model, tm
     assert "removed inputs ['attention_mask']" in line
 
 
+def test_an_engine_runs_with_a_renamed_copy_of_its_file(onnx_model, tmp_path):
+    """The model is the file's bytes (sha256), not its name or folder: an engine built from
+    one file is taken with a renamed copy of it elsewhere, on the emulated GPU."""
+    path, want = onnx_model
+    run_cli("build", "--model", path, *SIZES, "--out", tmp_path / "engines")
+    (engine,) = (tmp_path / "engines").glob("tiny-llama-*.engine")
+    copy = tmp_path / "copy" / "renamed.onnx"
+    copy.parent.mkdir()
+    copy.write_bytes(path.read_bytes())
+    argv = ("--prompt-ids", IDS, "--max-new-tokens", N, "--ignore-eos", "--emulate-gpu")
+    out = run_cli("generate", "--model", copy, "--engine", engine, "--backend", "tensorrt", *argv)
+    assert generated(out) == want
+
+
 def test_text_in_and_out_with_the_tokenizer_beside_the_file(onnx_model):
     path, want = onnx_model
     words = " ".join(f"w{i}" for i in PROMPTS[0])

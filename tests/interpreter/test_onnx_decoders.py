@@ -14,13 +14,9 @@ pytest.importorskip("torch")
 
 import torch
 
-from tests.support.onnx_decoders import (
-    cache_shape,
-    export_growing_cache,
-    export_logits,
-    tiny_model,
-)
+from tests.support.onnx_decoders import export_logits, tiny_model
 from tests.support.onnx_graphs import assert_matches, onnxruntime_outputs, parse
+from tests.support.onnx_models import export, exporter
 
 FAMILIES = ["llama", "gpt2"]
 RNG = np.random.default_rng(11)
@@ -67,14 +63,14 @@ def test_the_dynamo_exporters_llama_matches_too(tmp_path):
 @pytest.fixture(scope="module")
 def growing(model, tmp_path_factory):
     family, hf = model
-    path = export_growing_cache(hf, tmp_path_factory.mktemp("onnx") / f"{family}_past.onnx")
+    path = export(hf, tmp_path_factory.mktemp("onnx") / f"{family}_past.onnx")
     return hf, str(path)
 
 
 @pytest.mark.parametrize(("past", "new"), [(0, 5), (6, 1)], ids=["prefill", "decode_step"])
 def test_a_growing_cache_step_matches_onnxruntime(growing, past, new):
     hf, path = growing
-    layers, heads, dim = cache_shape(hf)
+    layers, heads, dim = exporter().cache_shape(hf)
     feed = _ragged_batch(2, new, past + new)
     feed["position_ids"] = np.tile(np.arange(past, past + new), (2, 1))
     for i in range(layers):

@@ -1,7 +1,7 @@
-"""Exported transformers decoders (tiny random Llama and GPT-2, torch's TorchScript exporter)
-rewritten and run by trt_kv: greedy ids equal onnxruntime's on the ORIGINAL graph (growing
-cache, each prompt alone) and transformers', on the interpreter at float32 and on (emulated)
-TensorRT, 32 new tokens for 3 prompts of different lengths in one batch."""
+"""Exported transformers decoders (tiny random Llama and GPT-2, by torch's TorchScript and
+dynamo exporters) rewritten and run by trt_kv: greedy ids equal onnxruntime's on the ORIGINAL
+graph (growing cache, each prompt alone) and transformers', on the interpreter at float32 and
+on (emulated) TensorRT, 32 new tokens for 3 prompts of different lengths in one batch."""
 
 from __future__ import annotations
 
@@ -23,16 +23,25 @@ from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
 S_MAX = 64
 MODELS = ("gpt2", "llama")
+# torch's two exporters: TorchScript's (dynamo=False) and the dynamo exporter (torch 2.13's
+# default, through onnxscript), whose shapes come from the caches' symbolic past length
+EXPORTS = [(m, dynamo) for dynamo in (False, True) for m in MODELS]
 
 
-@pytest.fixture(scope="module", params=MODELS)
+@pytest.fixture(
+    scope="module",
+    params=EXPORTS,
+    ids=[f"{m}-{'dynamo' if d else 'torchscript'}" for m, d in EXPORTS],
+)
 def exported(request, tmp_path_factory):
     """(name, .onnx path, transformers' ids, onnxruntime's ids on the original graph)."""
-    model = tiny_model(request.param)
-    path = export(model, tmp_path_factory.mktemp(request.param) / f"{request.param}.onnx")
+    family, dynamo = request.param
+    model = tiny_model(family)
+    name = f"{family}-dynamo" if dynamo else family
+    path = export(model, tmp_path_factory.mktemp(name) / f"{name}.onnx", dynamo=dynamo)
     hf = greedy_ids(model, PROMPTS, NEW_TOKENS)
     ort = [ort_greedy(path, p, NEW_TOKENS) for p in PROMPTS]
-    return request.param, path, hf, ort
+    return name, path, hf, ort
 
 
 def _decoder(path):
@@ -42,6 +51,33 @@ def _decoder(path):
 def test_onnxruntime_on_the_export_equals_transformers(exported):
     _, _, hf, ort = exported
     assert ort == hf
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_an_export_with_dropout_leaves_the_model_in_eval_mode(family, tmp_path):
+    """Dropout 0.5 in the config: the export's logits equal transformers' of the same model
+    object after the export (torch's exporter restores its wrapper's mode: a training wrapper
+    would switch the model's dropout on)."""
+    import onnxruntime
+    import torch
+
+    model = tiny_model(family, dropout=0.5)
+    session = onnxruntime.InferenceSession(
+        str(export(model, tmp_path / "dropout.onnx")), providers=["CPUExecutionProvider"]
+    )
+    prompt = np.array([PROMPTS[0]], np.int64)
+    feed = {
+        i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+        for i in session.get_inputs()
+        if i.name.startswith("past_key_values.")
+    }
+    positions = np.arange(prompt.shape[1], dtype=np.int64)[None]
+    mask = np.ones_like(prompt)
+    names = {"input_ids": prompt, "attention_mask": mask, "position_ids": positions}
+    (logits,) = session.run(["logits"], {**names, **feed})
+    with torch.no_grad():
+        want = model(input_ids=torch.from_numpy(prompt), attention_mask=torch.from_numpy(mask))
+    np.testing.assert_allclose(logits, want.logits.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_interpreter_ids_equal_onnxruntimes_in_one_batch(exported):

@@ -2,9 +2,9 @@
 tests; this file holds no tests.
 
 Two graphs per model: :func:`export_logits` (``input_ids``, ``attention_mask`` -> ``logits``,
-by either exporter) and :func:`export_growing_cache` (TorchScript exporter; the layout
-Optimum and transformers.js use: ``past_key_values.{i}.key/value`` ``[B, N, P, H]`` in,
-``present.{i}.key/value`` ``[B, N, P + S, H]`` out, each layer concatenating its cache).
+by either exporter) here, and the growing cache (``past_key_values.*`` in, ``present.*`` out)
+by scripts/export_decoder_onnx.py, the one exporter of that layout
+(:func:`tests.support.onnx_models.export`).
 """
 
 from __future__ import annotations
@@ -22,20 +22,22 @@ from tests.support.tiny_models import TINY_GQA_V97
 OPSET = 18
 
 
-def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
+def tiny_model(family: str, seed: int = 0, dropout: float = 0.0) -> torch.nn.Module:
     """A seeded random ``LlamaForCausalLM`` (GQA 4:2, V 97) or ``GPT2LMHeadModel`` (five
-    heads, V 101), eager attention (matmul, added mask, softmax), eval mode."""
+    heads, V 101), eager attention (matmul, added mask, softmax), eval mode; ``dropout`` its
+    config's dropout probabilities (in training mode only)."""
     torch.manual_seed(seed)
     if family == "llama":
-        config = transformers.LlamaConfig(**hf_config_args(TINY_GQA_V97, initializer_range=0.3))
-        model = transformers.LlamaForCausalLM(config)
+        args = hf_config_args(TINY_GQA_V97, initializer_range=0.3, attention_dropout=dropout)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**args))
     else:
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**GPT2_CONFIG))
+        drops = {k: dropout for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**GPT2_CONFIG, **drops))
     model.config._attn_implementation = "eager"
     return model.eval()
 
 
-# The wrappers are put in eval mode before export: torch's exporter restores the wrapper's mode
+# The wrapper is put in eval mode before export: torch's exporter restores the wrapper's mode
 # afterwards, which for a fresh module (training) would switch the model's dropout on.
 
 
@@ -70,69 +72,4 @@ def export_logits(model: torch.nn.Module, path: Path, dynamo: bool) -> Path:
                 n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask", "logits")
             }
             torch.onnx.export(*args, **names, dynamic_axes=axes, dynamo=False, opset_version=OPSET)
-    return path
-
-
-class _GrowingCache(torch.nn.Module):
-    """``forward(input_ids, attention_mask, position_ids, *past)`` -> ``(logits, *present)``,
-    past and present alternating each layer's key and value."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, position_ids, *past):
-        cache = transformers.DynamicCache(config=self.model.config)
-        for i in range(len(past) // 2):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
-        return (out.logits, *present)
-
-
-def cache_shape(model: torch.nn.Module) -> tuple[int, int, int]:
-    """``(layers, kv_heads, head_dim)`` of ``model``'s cache."""
-    c = model.config
-    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    return (
-        c.num_hidden_layers,
-        heads,
-        getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-    )
-
-
-def export_growing_cache(model: torch.nn.Module, path: Path) -> Path:
-    """``model`` with its cache as ``past_key_values.*`` inputs and ``present.*`` outputs
-    (TorchScript exporter; B, S, P dynamic; ``attention_mask`` is ``[B, P + S]``)."""
-    layers, heads, dim = cache_shape(model)
-    past = [torch.zeros(1, heads, 3, dim) for _ in range(2 * layers)]
-    kv = [f"{i}.{n}" for i in range(layers) for n in ("key", "value")]
-    past_names, present_names = [f"past_key_values.{n}" for n in kv], [f"present.{n}" for n in kv]
-    axes = {
-        "input_ids": {0: "batch", 1: "sequence"},
-        "position_ids": {0: "batch", 1: "sequence"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "logits": {0: "batch", 1: "sequence"},
-        **{n: {0: "batch", 2: "past"} for n in past_names},
-        **{n: {0: "batch", 2: "total"} for n in present_names},
-    }
-    ids = torch.tensor([[1, 2]])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _GrowingCache(model).eval(),
-            (ids, torch.ones(1, 5, dtype=torch.long), torch.tensor([[3, 4]]), *past),
-            str(path),
-            input_names=["input_ids", "attention_mask", "position_ids", *past_names],
-            output_names=["logits", *present_names],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
     return path

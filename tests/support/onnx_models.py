@@ -5,6 +5,7 @@ and onnxruntime's greedy ids on such a graph: the oracle of the ONNX tests."""
 from __future__ import annotations
 
 import importlib.util
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ PROMPTS = [[5, 17, 42, 8, 33, 3, 61], [61, 3], [7, 9, 11, 13]]  # three lengths,
 NEW_TOKENS = 32
 
 
+@cache
 def exporter() -> object:
-    """scripts/export_decoder_onnx.py as a module."""
+    """scripts/export_decoder_onnx.py as a module (``export_decoder``, ``cache_shape``)."""
     path = ROOT / "scripts" / "export_decoder_onnx.py"
     spec = importlib.util.spec_from_file_location("export_decoder_onnx", path)
     module = importlib.util.module_from_spec(spec)
@@ -23,9 +25,10 @@ def exporter() -> object:
     return module
 
 
-def export(model: object, path: Path) -> Path:
-    """``model`` exported to ``path`` by scripts/export_decoder_onnx.py."""
-    return exporter().export_decoder(model, path)
+def export(model: object, path: Path, dynamo: bool = False) -> Path:
+    """``model`` exported to ``path`` by scripts/export_decoder_onnx.py (torch's TorchScript
+    exporter, or its dynamo exporter)."""
+    return exporter().export_decoder(model, path, dynamo=dynamo)
 
 
 def ort_greedy(path: Path, prompt: list[int], n: int) -> list[int]:

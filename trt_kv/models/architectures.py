@@ -117,7 +117,7 @@ def _onnx() -> Architecture:
         lambda config, s_max, option: None,  # any S_max: the rewrite sizes the caches
         lambda config: defaults.MAX_SEQ_LEN,
         f.onnx_arrays,
-        ("model_type", "file", "sha256", "dtype"),
+        ("model_type", "sha256", "dtype"),
     )
 
 

@@ -22,10 +22,10 @@ DTYPES = {1: "float32", 10: "float16", 16: "bfloat16"}  # ONNX elem_type -> dtyp
 
 @dataclass(frozen=True)
 class OnnxConfig:
-    """What names an ONNX decoder: its file name, the file's sha256, the caches' dtype and
-    the vocabulary V (the ``logits`` output's last axis)."""
+    """What names an ONNX decoder: the file's sha256 (not its name or folder: a renamed copy
+    is the same model), the caches' dtype and the vocabulary V (the ``logits`` output's last
+    axis)."""
 
-    file: str
     sha256: str
     dtype: str
     vocab_size: int
@@ -113,7 +113,7 @@ def onnx_config(hf_like: dict) -> OnnxConfig:
     vocab = logits[0].type.tensor_type.shape.dim[-1].dim_value if logits else 0
     if vocab < 1:
         raise ShapeError(mismatch(f"{path.name}: logits", "a static V (last axis)", "", vocab))
-    return OnnxConfig(path.name, hashlib.sha256(data).hexdigest(), dtype, vocab)
+    return OnnxConfig(hashlib.sha256(data).hexdigest(), dtype, vocab)
 
 
 def onnx_weights(tensors: dict, config: OnnxConfig, quantized: dict) -> OnnxWeights:

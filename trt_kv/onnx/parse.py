@@ -10,8 +10,7 @@ from trt_kv._trt import logger, trt
 from trt_kv.builder.contract import DecoderNetwork, decoder_profiles, decoder_roles
 from trt_kv.builder.engine import create_network
 from trt_kv.errors import UnsupportedLayerError, mismatch
-
-UPDATE_OPS = ("TensorScatter", "TRT_KVCacheUpdate")  # in the order trt_kv prefers them
+from trt_kv.onnx.rewrite import UPDATE_OPS  # in the order trt_kv prefers them
 
 
 def _update_probe(op: str) -> bytes:

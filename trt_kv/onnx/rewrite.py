@@ -101,7 +101,8 @@ def rewrite_decoder(
         NetworkError, ShapeError: as :func:`~trt_kv.onnx.match.find_caches`; no
             ``input_ids`` or ``position_ids`` input (positions computed from the past length
             cannot be mapped); an attention ``Softmax`` over a cache without an ``Add`` of a
-            mask before it; something still reading the past length or ``attention_mask``.
+            mask before it; something other than its update still reading a cache input
+            (a ``Shape`` of one is mapped: :func:`_past_lengths`) or ``attention_mask``.
     """
     check_int("max_seq_len", max_seq_len, 1)
     if update_op not in UPDATE_OPS:
@@ -118,6 +119,7 @@ def rewrite_decoder(
     tokens = _int32_tokens(graph, inputs[TOKENS])
     write_indices = gs.Variable(WRITE_INDICES, np.int32, ["batch"])
     rows = _updates(graph, caches, write_indices, max_seq_len, update_op)
+    rows |= _past_lengths(graph, caches, tokens, max_seq_len)
     masked = _mask_attention(graph, caches, inputs[POSITIONS], tokens, max_seq_len)
     graph.inputs = [tokens, inputs[POSITIONS], write_indices, *(c.past for c in caches)]
     graph.cleanup(remove_unused_graph_inputs=True).toposort()
@@ -184,6 +186,41 @@ def _updates(
         )
         names.add(name)
     return names
+
+
+def _past_lengths(
+    graph: gs.Graph, caches: list[GrowingCache], tokens: gs.Variable, s_max: int
+) -> set[str]:
+    """Each ``Shape`` node reading a cache input (the dynamo exporter reads the past length P
+    there, then adds S for the total) made to read the cache's rows ``[:S_max - S]``
+    ``[B, N, S_max - S, H]``: P + S is then the cache's S_max. The names of those slices."""
+    readers = [(c, n) for c in caches for n in list(c.past.outputs) if n.op == "Shape"]
+    if not readers:
+        return set()
+    i64 = np.int64
+    step = graph.layer(
+        op="Shape",
+        name="trt_kv.past.step",
+        inputs=[tokens],
+        outputs=[gs.Variable("trt_kv.past.step", i64, [1])],
+        attrs={"start": 1, "end": 2},
+    )[0]
+    s_max_rows = gs.Constant("trt_kv.past.s_max", np.array([s_max], i64))
+    past = gs.Variable("trt_kv.past.length", i64, [1])
+    graph.layer(op="Sub", name=past.name, inputs=[s_max_rows, step], outputs=[past])
+    zero, axis = (
+        gs.Constant(f"trt_kv.past.{n}", np.array([v], i64)) for n, v in (("0", 0), ("2", 2))
+    )
+    slices: dict[str, gs.Variable] = {}
+    for c, node in readers:
+        name = f"trt_kv.past.{c.past.name}"
+        if name not in slices:
+            out = gs.Variable(name, c.past.dtype)
+            slices[name] = graph.layer(
+                op="Slice", name=name, inputs=[c.past, zero, past, axis], outputs=[out]
+            )[0]
+        node.inputs[0] = slices[name]
+    return set(slices)
 
 
 def _reach(starts: Iterable[gs.Tensor]) -> set[str]:
@@ -258,8 +295,9 @@ def _mask_attention(
 
 
 def _check_no_past_length(graph: gs.Graph, caches: list[GrowingCache], updates: set[str]) -> None:
-    """NetworkError when something other than the cache updates still reads a cache input
-    (its shape is now ``S_max``, not the past length) or the export's attention mask."""
+    """NetworkError when something other than the cache updates (and the slices of
+    :func:`_past_lengths`) still reads a cache input (its shape is now ``S_max``, not the past
+    length) or the export's attention mask."""
     for c in caches:
         for node in c.past.outputs:
             if node.name not in updates:
