@@ -44,3 +44,12 @@ MAX_NEW_TOKENS_CHAT = 256  # chat, per answer
 def default_step_tokens(max_seq_len: int) -> int:
     """``max_step_tokens`` when none is given: ``min(MAX_STEP_TOKENS, max_seq_len)``."""
     return min(MAX_STEP_TOKENS, max_seq_len)
+
+
+# the server (trt_kv.serve): requests that may wait for a slot before more are refused (429),
+# and the prompt tokens one prefill chunk feeds per step boundary, between the running
+# sequences' decode steps (measured: docs/decisions.md, "the scheduler's prefill chunk")
+MAX_QUEUE = 64
+PREFILL_CHUNK = 128
+# trt-kv serve's drain: seconds the requests in flight get after SIGTERM or Ctrl-C
+DRAIN_TIMEOUT_S = 30.0

@@ -80,6 +80,18 @@ class GpuUnavailableError(TrtKvError, RuntimeError):
     """The operation needs a CUDA GPU and a TensorRT runtime that can run engines."""
 
 
+class LimitError(TrtKvError, ValueError):
+    """A request past a server's limit: prompt plus new tokens beyond ``S_max``."""
+
+
+class QueueFullError(TrtKvError, RuntimeError):
+    """A server's bounded request queue is full: retry later."""
+
+
+class DrainingError(TrtKvError, RuntimeError):
+    """A server is draining (shutting down): it takes no new request."""
+
+
 def mismatch(tensor: str, what: str, expected: object, actual: object) -> str:
     """``"<tensor>: expected <what> <expected>, got <actual>"``: the one message shape
     (``expected=""`` when ``what`` already says it)."""

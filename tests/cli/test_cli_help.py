@@ -28,7 +28,7 @@ def test_narrower_terminals_wrap_so_they_get_argparses_own_text(monkeypatch):
     assert argparse_help(monkeypatch, HELP_COLUMNS - 1) != HELP
     out = run_cli("--help", COLUMNS="60").stdout
     assert out == argparse_help(monkeypatch, 60)
-    assert "    build               build the doc example and the\n" in out
+    assert "    build     build the doc example and the model engine\n" in out
 
 
 @FAST

@@ -1,4 +1,4 @@
-"""trt-kv: build engines, generate tokens, inspect engines, benchmark backends.
+"""trt-kv: build engines, generate tokens, serve them, inspect and benchmark.
 
 One module per subcommand (``trt_kv/cli/<name>.py``, its one-line help in ``SUBCOMMANDS``),
 ``EXAMPLE`` (the epilog), ``add_arguments(parser)`` and ``run(args) -> int``. Adding an
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
 # name -> one-line help: here, not in the subcommand modules, so ``trt-kv --help`` imports
-# none. At most 54 characters: the list then fits 80 columns unwrapped (see HELP).
+# none. At most 54 characters: the list then fits 70 columns unwrapped (see HELP; the usage
+# line says COMMAND, not the list of names, which passed 80 columns when serve joined).
 SUBCOMMANDS = {
     "build": "build the doc example and the model engine on the CPU",
     "generate": "generate tokens for prompts on a chosen backend",
@@ -31,6 +32,7 @@ SUBCOMMANDS = {
     "demo": "build, then generate on the GPU or the CPU interpreter",
     "inspect": "show an engine's tensors, profiles, aliases and recipe",
     "bench": "time prefill and decode per batch and context length",
+    "serve": "OpenAI's HTTP API, batching requests continuously",
 }
 
 # ``make_parser(None).format_help()`` as argparse prints it on a terminal of HELP_COLUMNS
@@ -39,36 +41,39 @@ SUBCOMMANDS = {
 # tests/cli/test_cli_help.py keeps it equal to argparse's output; after changing SUBCOMMANDS or
 # the top-level options, paste what that test prints.
 HELP = """\
-usage: trt-kv [-h] [--version] {build,generate,chat,demo,inspect,bench} ...
+usage: trt-kv [-h] [--version] COMMAND ...
 
-trt-kv: build engines, generate tokens, inspect engines, benchmark backends.
+trt-kv: build engines, generate tokens, serve them, inspect and benchmark.
 
 positional arguments:
-  {build,generate,chat,demo,inspect,bench}
-    build               build the doc example and the model engine on the CPU
-    generate            generate tokens for prompts on a chosen backend
-    chat                talk with the model in its chat template (stdin)
-    demo                build, then generate on the GPU or the CPU interpreter
-    inspect             show an engine's tensors, profiles, aliases and recipe
-    bench               time prefill and decode per batch and context length
+  COMMAND
+    build     build the doc example and the model engine on the CPU
+    generate  generate tokens for prompts on a chosen backend
+    chat      talk with the model in its chat template (stdin)
+    demo      build, then generate on the GPU or the CPU interpreter
+    inspect   show an engine's tensors, profiles, aliases and recipe
+    bench     time prefill and decode per batch and context length
+    serve     OpenAI's HTTP API, batching requests continuously
 
 options:
-  -h, --help            show this help message and exit
-  --version             trt_kv, TensorRT and CUDA versions, then exit
+  -h, --help  show this help message and exit
+  --version   trt_kv, TensorRT and CUDA versions, then exit
 
 examples:
   trt-kv demo                 build the default model, then answer two prompts
   trt-kv generate --prompt "What is the capital of France?" --chat
   trt-kv chat --system "Be brief."
+  trt-kv serve --port 8000    OpenAI's API at http://127.0.0.1:8000/v1
   trt-kv generate --help      every option of a subcommand, its default, an example
 """
-HELP_COLUMNS = 80
+HELP_COLUMNS = 70
 
 EPILOG = """\
 examples:
   trt-kv demo                 build the default model, then answer two prompts
   trt-kv generate --prompt "What is the capital of France?" --chat
   trt-kv chat --system "Be brief."
+  trt-kv serve --port 8000    OpenAI's API at http://127.0.0.1:8000/v1
   trt-kv generate --help      every option of a subcommand, its default, an example
 """
 
@@ -100,7 +105,7 @@ def make_parser(command: str | None = "*") -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action=VersionAction, help="trt_kv, TensorRT and CUDA versions, then exit"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=text, description=text, formatter_class=HelpFormatter)
         if command in (name, "*"):

@@ -4,7 +4,8 @@ built), and plain-text tables. Nothing heavy is imported at module level."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -260,18 +261,26 @@ def engine_default_model(args: argparse.Namespace) -> list[str]:
 
 
 def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    """``run(args)``, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
+    """``run(args)`` inside :func:`on_device`."""
+    with on_device(args):
+        return run(args)
+
+
+@contextmanager
+def on_device(args: argparse.Namespace) -> Iterator[None]:
+    """The block, inside :func:`trt_kv.emulator.emulated_gpu` with ``--emulate-gpu``:
     of compute capability ``$TRT_KV_EMULATED_CC``, and given ``--engine`` (or ``--out``) as
     the engine files and, as the rebuild function of their recipes,
     :func:`trt_kv.engine.recipes.recipe_rebuilder` of ``--model`` (and the ``load_model``
     specs in ``$TRT_KV_EMULATED_MODELS``, separated by ``os.pathsep``: for ``--engine``
     without ``--model``; and the default model for an engine of it,
     :func:`engine_default_model`): the models it may rebuild engines from (sidecars name no
-    paths)."""
+    paths). Without ``--emulate-gpu``, the block as it is."""
     import os
 
     if not args.emulate_gpu:
-        return run(args)
+        yield
+        return
     from trt_kv.emulator import emulated_gpu
     from trt_kv.engine.recipes import recipe_rebuilder
 
@@ -279,4 +288,4 @@ def run_on_device(args: argparse.Namespace, run: Callable[[argparse.Namespace], 
     models = [args.model] if getattr(args, "model", None) else engine_default_model(args)
     models += [m for m in os.environ.get(EMULATED_MODELS_VAR, "").split(os.pathsep) if m]
     with emulated_gpu(emulated_cc(), engines=engines, rebuild=recipe_rebuilder(models)):
-        return run(args)
+        yield

@@ -7,9 +7,9 @@ so a bad request never reaches an engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +40,9 @@ class StepPlan:
     # chunks of a chunked prefill (the last chunk's). It picks longrope's table, as one Hugging
     # Face forward of the request would.
     rope_lengths: np.ndarray
+    # [B] bool, the slots whose tokens count (None: all): a window step's idle slots take one
+    # pad token the network writes past their cached rows, and commit leaves them as they were
+    active: np.ndarray | None = None
 
     @property
     def slots(self) -> range:
@@ -242,10 +245,46 @@ class CacheState:
             last_token_rows=(np.arange(b) * s + counts - 1).astype(np.int32),
         )
 
+    def plan_window(self, tokens: Mapping[int, Sequence[int]], lo: int | None = None) -> StepPlan:
+        """Plan one step feeding ``tokens[slot]`` to each of its slots, which need not be
+        consecutive: the step binds the window ``lo .. max`` of them (``lo`` None: their
+        min; a lower ``lo`` for storage whose windows start at aligned slots), and each slot in it
+        that is not a key (idle) takes one pad token 0 at its length, attending to its own
+        cached rows; its row of the logits is meaningless and :meth:`commit` leaves its
+        length as it was (``StepPlan.active``). Nothing is copied between slots. An idle slot
+        must have room for the step's S rows (see :meth:`idle_room`); changes nothing.
+
+        Raises:
+            SlotError: no slots, an unknown slot.
+            As :meth:`plan` otherwise (CacheOverflowError also for an idle slot without room).
+        """
+        if not isinstance(tokens, Mapping) or not tokens:
+            raise SlotError(mismatch("tokens", "a non-empty mapping slot -> token ids", "", tokens))
+        slots = sorted(self.check_slot(s) for s in tokens)
+        lo = slots[0] if lo is None else min(self.check_slot(lo), slots[0])
+        window = range(lo, slots[-1] + 1)
+        rows = [tokens[s] if s in tokens else [0] for s in window]
+        plan = self.plan(window, rows)
+        active = np.array([s in tokens for s in window])
+        return replace(plan, active=None if active.all() else active)
+
+    def idle_room(self, slots: Sequence[int], width: int) -> list[int]:
+        """Crop each of ``slots`` holding more than ``S_max - width`` tokens to that length,
+        so a window step of ``width`` columns can write its pad rows there; the slots
+        cropped (each loses its last cached tokens, nothing else changes)."""
+        cropped = []
+        for s in slots:
+            if self.length(s) > self.max_seq_len - width:
+                self._lengths[s] = self.max_seq_len - width
+                cropped.append(s)
+        return cropped
+
     def commit(self, plan: StepPlan) -> None:
-        """Advance the planned slots by their token counts (not while frozen)."""
+        """Advance the planned slots by their token counts (not while frozen); a window
+        step's idle slots (``plan.active`` False) stay as they were."""
         if not self._frozen:
-            self._lengths[plan.lo : plan.lo + len(plan.counts)] += plan.counts
+            counts = plan.counts if plan.active is None else plan.counts * plan.active
+            self._lengths[plan.lo : plan.lo + len(plan.counts)] += counts
 
     # -- cache operations (lengths only; the storage moves the data) ---------------------
     def reset(self, slot: int | None = None) -> None:

@@ -8,7 +8,7 @@ session.fork(0, 2); session.crop(1, 3); snap = session.snapshot(0)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -149,6 +149,46 @@ class Session:
                 :meth:`CacheState.plan`; nothing has run or changed when they are raised.
         """
         return self._run(self._plan(tokens, lo), len(tokens))
+
+    @_exclusive
+    def step_slots(self, tokens: Mapping[int, Sequence[int]]) -> np.ndarray:
+        """Feed ``tokens[slot]`` to each of its slots, consecutive or not (continuous
+        batching: running sequences where they stand); returns their last logits ``[B, V]``
+        in ascending slot order (B = ``len(tokens)``). One backend step over the window
+        ``min .. max`` of the slots: an idle slot inside it takes one pad token past its
+        cached rows and keeps its length (:meth:`CacheState.plan_window`); an idle slot
+        within S of ``S_max`` is first cropped to ``S_max - S`` (it loses its last cached
+        tokens). Nothing is copied between slots.
+
+        Raises:
+            As :meth:`step`; nothing has run or changed when they are raised, but the crop.
+        """
+        if not isinstance(tokens, Mapping) or not tokens:
+            raise SlotError(mismatch("tokens", "a non-empty mapping slot -> token ids", "", tokens))
+        slots = sorted(self.state.check_slot(s) for s in tokens)
+        width = step_width([tokens[s] for s in slots])
+        lo = self._aligned(slots[0])
+        idle = [s for s in range(lo, slots[-1] + 1) if s not in tokens]
+        self.state.idle_room(idle, min(width, self.state.max_seq_len))
+        plan = self.state.plan_window(tokens, lo)
+        check_plan = getattr(self.backend, "check_plan", None)
+        if check_plan is not None:
+            check_plan(plan)
+        logits = self.backend.run(plan)
+        self.state.commit(plan)
+        return logits if plan.active is None else logits[plan.active]
+
+    def _aligned(self, slot: int) -> int:
+        """The highest window start ``<= slot`` the storage takes (device windows start at
+        256-byte aligned slots; host windows anywhere); SlotError where none does."""
+        for lo in range(slot, -1, -1):
+            try:
+                self.storage.check_window(lo)
+                return lo
+            except SlotError:
+                if lo == 0:
+                    raise
+        return 0
 
     @_exclusive
     def prefill(self, prompts: Sequence[Sequence[int]], lo: int = 0) -> np.ndarray:

@@ -1,0 +1,92 @@
+"""``trt-kv serve`` as a process: its ready line, SIGTERM (or a first Ctrl-C) draining (the
+streams in flight end with a finish_reason, new requests are refused, exit 0 within
+``--drain-timeout`` + 5 s), a second Ctrl-C ending it at once by SIGINT (130 in a shell)."""
+
+import json
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.support.servers import TINY_OPTIONS, serve_process
+
+MODEL = "tiny"
+
+
+def open_stream(client, url, max_tokens):
+    """A streamed completion, its first event read; returns (response, line iterator)."""
+    body = {"model": MODEL, "prompt": "w5 w6", "max_tokens": max_tokens, "stream": True}
+    response = client.send(
+        client.build_request("POST", f"{url}/completions", json=body), stream=True
+    )
+    lines = response.iter_lines()
+    assert next(lines).startswith("data: {")
+    return response, lines
+
+
+def finish_of(lines):
+    """The finish_reason of a stream's last chunk; asserts ``[DONE]`` closes it."""
+    events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", events[-3:]
+    return json.loads(events[-2])["choices"][0]["finish_reason"]
+
+
+def test_the_ready_line_names_the_model_backend_and_url(tiny_dir):
+    with serve_process("--model", str(tiny_dir), *TINY_OPTIONS) as (child, url):
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert httpx.get(url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(30) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_drains_the_streams_in_flight_then_exits_0(tiny_dir, sig):
+    drain = 2.0
+    with (
+        serve_process("--model", str(tiny_dir), *TINY_OPTIONS, "--drain-timeout", str(drain)) as (
+            child,
+            url,
+        ),
+        httpx.Client(timeout=60) as client,
+    ):
+        short, short_lines = open_stream(client, url, 40)  # ~0.2 s: finishes in the drain
+        long, long_lines = open_stream(client, url, 1000)  # ~5 s: cancelled at its end
+        child.send_signal(sig)
+        signalled = time.monotonic()
+        time.sleep(0.3)
+        with pytest.raises((httpx.ConnectError, httpx.RemoteProtocolError, AssertionError)):
+            answer = httpx.post(f"{url}/completions", json={"model": MODEL, "prompt": "w5"})
+            assert answer.status_code == 200  # refused (503) or not connected at all
+        assert finish_of(short_lines) == "length"
+        assert finish_of(long_lines) == "cancelled"
+        code = child.wait(drain + 5 + 5)
+        elapsed = time.monotonic() - signalled
+        short.close()
+        long.close()
+        stderr = child.stderr.read()
+    assert code == 0, stderr
+    assert elapsed < drain + 5, elapsed
+    assert "draining" in stderr and "Traceback" not in stderr
+
+
+def test_a_second_ctrl_c_quits_at_once(tiny_dir):
+    with (
+        serve_process("--model", str(tiny_dir), *TINY_OPTIONS, "--drain-timeout", "30") as (
+            child,
+            url,
+        ),
+        httpx.Client(timeout=60) as client,
+    ):
+        response, _ = open_stream(client, url, 1000)  # keeps the drain waiting
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        start = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        code = child.wait(10)
+        elapsed = time.monotonic() - start
+        response.close()
+        stderr = child.stderr.read()
+    assert code == -signal.SIGINT, stderr  # a shell shows 130
+    assert elapsed < 3, elapsed
+    assert "trt-kv: interrupted" in stderr and "Traceback" not in stderr
