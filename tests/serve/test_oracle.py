@@ -1,7 +1,7 @@
 """The correctness oracle end to end: greedy answers, sent together so that they share
 decode steps, equal ``trt-kv generate`` run alone on each prompt: ``/v1/completions`` as
 ``generate --no-chat`` (the raw text), ``/v1/chat/completions`` as ``generate`` with the
-chat template. And the default model answers the README's question as transformers does."""
+chat template (the default model's answer in a shared batch: test_docs_serve.py)."""
 
 import asyncio
 import json
@@ -11,8 +11,7 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli_user import run_cli
-from tests.support.real_model import CHAT_ANSWER, CHAT_QUESTION
-from tests.support.servers import TINY_MODEL_OPTIONS, app_server
+from tests.support.servers import TINY_MODEL_OPTIONS
 
 MODEL = "tiny"
 NEW = 12
@@ -69,25 +68,3 @@ def test_greedy_answers_sent_together_equal_generate_alone(tiny_dir, server):
     assert steps - steps_before > single - single_before  # some decode steps were shared
     assert completions == [generated_alone(tiny_dir, t, chat=False) for t in TEXTS]
     assert chats == [generated_alone(tiny_dir, t, chat=True) for t in TEXTS]
-
-
-def test_the_default_model_answers_in_a_shared_batch():
-    """Its answer ends at its end id, the 8th token (tests/support/real_model.py)."""
-    options = ["--backend", "interpreter", "--max-batch", "2", "--max-seq-len", "256"]
-    with app_server(["--model", "default", *options]) as (url, app):
-
-        async def ask():
-            async with openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0) as c:
-                question = c.chat.completions.create(
-                    model=app.state.model_name, temperature=0, max_tokens=8,
-                    messages=[{"role": "user", "content": CHAT_QUESTION}],
-                )  # fmt: skip
-                other = c.completions.create(
-                    model=app.state.model_name, prompt="Once upon a time", max_tokens=8,
-                    temperature=0,
-                )  # fmt: skip
-                return await asyncio.gather(question, other)
-
-        answer, _ = asyncio.run(ask())
-    assert answer.choices[0].message.content == CHAT_ANSWER
-    assert answer.choices[0].finish_reason == "stop"

@@ -90,3 +90,18 @@ def test_a_second_ctrl_c_quits_at_once(tiny_dir):
     assert code == -signal.SIGINT, stderr  # a shell shows 130
     assert elapsed < 3, elapsed
     assert "trt-kv: interrupted" in stderr and "Traceback" not in stderr
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_dir):
+    import socket
+
+    from tests.support.cli_user import run_cli
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = run_cli("serve", "--model", str(tiny_dir), "--port", str(port), check=False)
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"trt-kv: error: --port: expected a port free on 127.0.0.1, got {port} "
+        "(Address already in use)\n"
+    )

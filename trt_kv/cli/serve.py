@@ -49,9 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from trt_kv.cli.serve_engine import served_engine
     from trt_kv.serve.http.app import create_app
-    from trt_kv.serve.http.server import serve
+    from trt_kv.serve.http.server import listening_socket, serve
 
-    with served_engine(args) as engine:
+    sock = listening_socket(args.host, args.port)  # a port in use is said before the model loads
+    with sock, served_engine(args) as engine:
         app = create_app(
             engine.loop, engine.tokenizer, model_name=engine.model_name, api_key=args.api_key
         )
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
         serve(
             app, engine.loop, host=args.host, port=args.port,
-            drain_timeout=args.drain_timeout, on_ready=ready,
+            drain_timeout=args.drain_timeout, on_ready=ready, sock=sock,
         )  # fmt: skip
     print("trt-kv serve: drained", file=sys.stderr)
     return 0

@@ -263,7 +263,7 @@ class CacheState:
         slots = sorted(self.check_slot(s) for s in tokens)
         lo = slots[0] if lo is None else min(self.check_slot(lo), slots[0])
         window = range(lo, slots[-1] + 1)
-        rows = [tokens[s] if s in tokens else [0] for s in window]
+        rows = [tokens.get(s, [0]) for s in window]
         plan = self.plan(window, rows)
         active = np.array([s in tokens for s in window])
         return replace(plan, active=None if active.all() else active)

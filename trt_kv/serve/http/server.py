@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from trt_kv.build_defaults import DRAIN_TIMEOUT_S
+from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.serve.scheduler import EngineLoop
 
 DRAIN_MARGIN_S = 5.0  # after it, for the cancelled streams' last chunks to be sent
@@ -84,6 +86,28 @@ class Server(uvicorn.Server):
         self.should_exit = True
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: a free port) and listening, made before anything
+    slow (the model) so that a port in use is said at once.
+
+    Raises:
+        ArgumentError: naming ``--port`` (or ``--host``): the address cannot be bound.
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as e:
+        raise ArgumentError(
+            mismatch("--host", "an address of this machine", "", f"{host} ({e})")
+        ) from None
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else type(e).__name__
+        raise ArgumentError(
+            mismatch("--port", f"a port free on {host}", "", f"{port} ({reason})")
+        ) from None
+
+
 def serve(
     app: FastAPI,
     loop: EngineLoop,
@@ -92,9 +116,10 @@ def serve(
     port: int,
     drain_timeout: float = DRAIN_TIMEOUT_S,
     on_ready: Callable[[str], None] = lambda url: None,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve ``app`` on ``host:port`` until a signal drains it (see the module); returns once
-    drained. ``loop`` is stopped on return."""
+    """Serve ``app`` on ``sock`` (:func:`listening_socket`), else on ``host:port``, until a
+    signal drains it (see the module); returns once drained. ``loop`` is stopped on return."""
     config = uvicorn.Config(
         app,
         host=host,
@@ -105,7 +130,7 @@ def serve(
     )
     server = Server(config, loop, drain_timeout, on_ready)
     try:
-        server.run()
+        server.run(sockets=None if sock is None else [sock])
     finally:
         if server.drainer is not None:
             server.drainer.join(DRAIN_MARGIN_S)

@@ -20,6 +20,7 @@ are reset. The scheduler and the other requests go on.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from collections import Counter, deque
@@ -207,7 +208,7 @@ class Scheduler:
                 self.session.crop(request.slots[0], request.fed)
             else:
                 self.session.reset(request.slots[0])
-        except Exception as err:  # noqa: BLE001 - the request's failure, not the loop's
+        except Exception as err:  # the request's failure, never the loop's
             self._fail([request], err)
 
     def _decode(self) -> None:
@@ -218,7 +219,7 @@ class Scheduler:
         self._occupancy = len(batch)
         try:
             logits = self.session.step_slots({s: [c.pending] for s, (_, c) in batch.items()})
-        except Exception as err:  # noqa: BLE001 - one shared step: its requests fail
+        except Exception as err:  # one shared step: every request in it fails
             self._fail({id(r): r for r, _ in batch.values()}.values(), err)
             return
         for row, (request, choice) in zip(logits, batch.values()):
@@ -237,7 +238,7 @@ class Scheduler:
                 return
             for other in request.slots[1:]:
                 self.session.fork(slot, other)  # n > 1: one prefill, n caches
-        except Exception as err:  # noqa: BLE001 - the request's failure, not the loop's
+        except Exception as err:  # the request's failure, never the loop's
             self._fail([request], err)
             return
         self._prefilling = None
@@ -269,7 +270,9 @@ class Scheduler:
         if request is self._prefilling:
             self._prefilling = None
             for s in request.slots:
-                self.slots.release(s, request.ticket.prompt[: request.fed] if s == request.slots[0] else [])
+                self.slots.release(
+                    s, request.ticket.prompt[: request.fed] if s == request.slots[0] else []
+                )
         for choice in request.choices:
             if not choice.finished:
                 self._free(choice, choice.history[:-1])
@@ -286,10 +289,8 @@ class Scheduler:
             self._end(request, "error", message)
             for s in slots:
                 self.slots.release(s, [])
-                try:
+                with contextlib.suppress(Exception):  # cached [] already: never reused
                     self.session.reset(s)
-                except Exception:  # noqa: BLE001, S110 - cached [] already: never reused
-                    pass
 
     # -- queries and the end -----------------------------------------------------------
     def stats(self) -> SchedulerStats:

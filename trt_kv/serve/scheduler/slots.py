@@ -38,7 +38,7 @@ class SlotTable:
         free = [s for s in range(self.capacity) if not self.held[s]]
         reuse = {s: min(common_prefix(self.cached[s], prompt), len(prompt) - 1) for s in free}
         first = max(free, key=lambda s: (reuse[s], -s))
-        slots = [first] + [s for s in free if s != first][: n - 1]
+        slots = [first, *[s for s in free if s != first][: n - 1]]
         for s in slots:
             self.held[s] = True
         self.cached[first] = list(prompt[: reuse[first]])
