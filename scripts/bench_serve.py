@@ -16,7 +16,8 @@ token (both servers stream one token a chunk; ``usage`` counts the tokens).
 
 Then one stream's longest inter-token gap while another request's 384-token prompt (three
 128-token chunks) is prefilled, beside what continuous batching promises it: one chunk's time
-(TTFT of a 128-token prompt alone) plus one decode step (ITL p50 of one stream alone).
+(the slowest of the three, each measured alone) plus one decode step (ITL p50 of one stream
+alone).
 """
 
 from __future__ import annotations
@@ -139,11 +140,18 @@ async def load(url: str, model: str, texts: Sequence[str], new_tokens: int, at_o
     itl = [g * 1e3 for t in traces for g in t.gaps]
     return Row(
         sum(t.completion_tokens for t in traces) / wall,
-        (float(np.percentile(ttft, 50)), float(np.percentile(ttft, 99))),
-        (float(np.percentile(itl, 50)), float(np.percentile(itl, 99))),
+        _p50_p99(ttft),
+        _p50_p99(itl),
         {t.prompt_tokens for t in traces},
         {t.completion_tokens for t in traces},
     )
+
+
+def _p50_p99(values: Sequence[float]) -> tuple[float, float]:
+    """Median and 99th percentile (nan, nan for none: one token has no gap)."""
+    if not values:
+        return (float("nan"), float("nan"))
+    return (float(np.percentile(values, 50)), float(np.percentile(values, 99)))
 
 
 @dataclass
@@ -151,19 +159,29 @@ class Gap:
     """A running stream's longest gap while a long prompt was prefilled, and the bound."""
 
     longest_ms: float
-    chunk_ms: float  # TTFT of one 128-token prompt alone
+    chunks_ms: list[float]  # each 128-token chunk of the long prompt, alone (TTFT differences)
     step_ms: float  # ITL p50 of one stream alone
+
+    @property
+    def bound_ms(self) -> float:
+        """The slowest chunk plus one decode step."""
+        return max(self.chunks_ms) + self.step_ms
 
 
 async def prefill_gap(url: str, model: str, tokenizer: object) -> Gap:
     """Stream A runs (a 64-token prompt, 256 tokens); after its 16th token B sends a 384-token
-    prompt: A's longest gap among those overlapping B's prefill (B's send to its first token)."""
-    short, chunk, long, solo_text = (
-        prompts(tokenizer, 1, n, first)[0]
-        for first, n in ((1, 64), (2, CHUNK), (3, 3 * CHUNK), (4, 64))
+    prompt: A's longest gap among those overlapping B's prefill (B's send to its first token).
+    The bound's parts are measured alone: one stream's decode step, and each chunk of B's
+    prompt as the TTFT of a prompt one chunk longer less that of the one before (a chunk
+    deep in a prompt attends to more keys: it may take longer than the first)."""
+    short, long, solo_text = (
+        prompts(tokenizer, 1, n, i)[0] for i, n in ((1, 64), (2, 384), (3, 64))
     )
-    alone = await load(url, model, [chunk], 1, at_once=True)
     solo = await load(url, model, [solo_text], 64, at_once=True)
+    ttft = [0.0]
+    for k in (1, 2, 3):  # a fresh prompt each: nothing cached
+        alone = await load(url, model, prompts(tokenizer, 1, k * CHUNK, 10 + k), 1, at_once=True)
+        ttft.append(alone.ttft_ms[0])
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         a = Trace(0.0)
         running = asyncio.create_task(stream(client, model, short, 256, a))
@@ -173,7 +191,7 @@ async def prefill_gap(url: str, model: str, tokenizer: object) -> Gap:
         await running
     spans = zip(a.arrivals, a.arrivals[1:])
     overlapping = [end - begin for begin, end in spans if end >= b.sent and begin <= b.arrivals[0]]
-    return Gap(max(overlapping) * 1e3, alone.ttft_ms[0], solo.itl_ms[0])
+    return Gap(max(overlapping) * 1e3, list(np.diff(ttft)), solo.itl_ms[0])
 
 
 def free_port() -> int:
@@ -270,11 +288,11 @@ def table(results: dict[str, dict]) -> str:
         speedup = rows["8"].tokens_per_s / rows["seq"].tokens_per_s if "8" in rows else 0.0
         counts = sorted(c for r in rows.values() for c in r.completion_tokens)
         lines.append(
-            f"- {n}: 8 clients at once / one at a time: {speedup:.2f}x tokens/s; longest "
-            f"inter-token gap while a 384-token prompt prefills {gap.longest_ms:.0f} ms (one "
-            f"128-token chunk alone {gap.chunk_ms:.0f} ms + one decode step {gap.step_ms:.0f} "
-            f"ms = {gap.chunk_ms + gap.step_ms:.0f} ms); tokens per request "
-            f"{counts[0]}..{counts[-1]}"
+            f"- {n}: 8 clients at once / one at a time: {speedup:.2f}x tokens/s; a stream's "
+            f"longest inter-token gap while a 384-token prompt prefills: {gap.longest_ms:.0f} ms "
+            f"(its 128-token chunks alone: {' / '.join(f'{c:.0f}' for c in gap.chunks_ms)} ms; "
+            f"the slowest + one decode step of {gap.step_ms:.0f} ms = {gap.bound_ms:.0f} ms); "
+            f"tokens per request {counts[0]}..{counts[-1]}"
         )
     return "\n".join(lines)
 
@@ -284,7 +302,8 @@ def machine() -> str:
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
          if line.startswith("model name")), "unknown CPU",
     )  # fmt: skip
-    return f"{os.cpu_count()} cores, {model}"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} cores, {model} (load average before: {load})"
 
 
 def main() -> None:
