@@ -42,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOTS = 8
 S_MAX = 512
 CHUNK = 128  # trt-kv's prefill chunk (MAX_STEP_TOKENS)
+# llama-server's threads sleep between batches instead of spinning: on a shared 2-core machine
+# its default polling (50) slowed it ~10x whenever another process ran (one stream: 63 tokens/s
+# alone, 2.6 beside a load of 5); with --poll 0 it is as fast alone (72 tokens/s)
+LLAMA_FLAGS = ("--poll", "0")
 TEXT = (
     "The history of the lighthouse begins with fires lit on hilltops to guide ships home. "
     "Later, towers of stone carried lamps of oil, and lenses made by Fresnel sent their "
@@ -128,7 +132,9 @@ async def stream(
 
 async def load(url: str, model: str, texts: Sequence[str], new_tokens: int, at_once: bool) -> Row:
     """Send ``texts`` all at once (``at_once``) or one after another; the row's figures."""
-    limits = httpx.Limits(max_connections=len(texts) + 1)
+    # a connection per request, as separate clients have (llama-server closes kept-alive
+    # connections after a few requests, which a pooled client finds only when it reuses one)
+    limits = httpx.Limits(max_connections=len(texts) + 1, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         start = time.perf_counter()
         if at_once:
@@ -182,7 +188,8 @@ async def prefill_gap(url: str, model: str, tokenizer: object) -> Gap:
     for k in (1, 2, 3):  # a fresh prompt each: nothing cached
         alone = await load(url, model, prompts(tokenizer, 1, k * CHUNK, 10 + k), 1, at_once=True)
         ttft.append(alone.ttft_ms[0])
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         a = Trace(0.0)
         running = asyncio.create_task(stream(client, model, short, 256, a))
         while len(a.arrivals) < 16 and not running.done():
@@ -245,7 +252,7 @@ def llama_argv(port: int, gguf: Path) -> list[str]:
     if not binary and run is None:
         raise SystemExit(f"no llama-server: set LLAMA_SERVER (looked for {runs[0]})")
     tool = [binary] if binary else [str(run), "llama-server"]
-    return [*tool, "-m", str(gguf), "-np", str(SLOTS), "-c", str(SLOTS * S_MAX),
+    return [*tool, "-m", str(gguf), "-np", str(SLOTS), "-c", str(SLOTS * S_MAX), *LLAMA_FLAGS,
             "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
 
 
@@ -331,7 +338,9 @@ def main() -> None:
         argv = trtkv_argv(port) if name == "trt-kv" else llama_argv(port, gguf)
         with server(argv, port, args.logs / f"bench_serve-{name}.log") as url:
             results[name] = asyncio.run(measure(url, tokenizer, clients, args.sequential))
-    print(f"{machine()}; 64-token prompts, 64 new tokens each, streaming, greedy\n")
+    print(f"{machine()}; 64-token prompts, 64 new tokens each, streaming, greedy")
+    llama = f"-np {SLOTS} -c {SLOTS * S_MAX} {' '.join(LLAMA_FLAGS)}"
+    print(f"trt-kv serve {' '.join(trtkv_argv(0)[4:-2])}; llama-server {llama}\n")
     print(table(results))
 
 
