@@ -1,5 +1,6 @@
 """trt_kv.serve.ray_app on a local Ray instance: two replicas, each with its own engine of the
-tiny model, behind Ray Serve's HTTP proxy, reached by the ``openai`` client.
+tiny model, behind Ray Serve's HTTP proxy, reached by the ``openai`` client. The application
+is docs/serve.md's scale-out block, run with the tiny model's options.
 
 Ray runs here as CI runs it: a local instance of this machine's CPUs (fractional ``num_cpus``
 per replica), loopback only, no dashboard, no usage report. Every process it starts carries
@@ -8,11 +9,12 @@ a marker in its environment; after ``ray.shutdown()`` none is left."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import socket
 import time
 import uuid
-from functools import partial
 from pathlib import Path
 
 import openai
@@ -25,6 +27,19 @@ from tests.support.servers import TINY_OPTIONS
 from trt_kv.serve.ray_app import REPLICA_HEADER
 
 MARKER = "TRT_KV_RAY_TEST"
+DOC_OPTIONS = '["--backend", "interpreter", "--max-batch", "8"]'
+
+
+def doc_recipe(tiny_dir: Path) -> object:
+    """docs/serve.md's scale-out block run with the tiny model's options and a quarter of a
+    CPU reserved a replica (Ray's books; the tiny model needs little): its ``app``."""
+    text = (ROOT / "docs" / "serve.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "ray_app" in b]
+    assert DOC_OPTIONS in code and "num_cpus=1)" in code, code
+    tiny = json.dumps(["--model", str(tiny_dir), *TINY_OPTIONS])
+    scope: dict = {}
+    exec(code.replace(DOC_OPTIONS, tiny).replace("num_cpus=1)", "num_cpus=0.25)"), scope)
+    return scope["app"]
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -52,9 +67,6 @@ def free_port() -> int:
 def ray_url(tiny_dir):
     """Base URL (``http://127.0.0.1:PORT/v1``) of two replicas of the tiny model's engine;
     Ray shut down after, and no process of it left."""
-    from trt_kv.cli.serve_engine import served_engine
-    from trt_kv.serve.ray_app import deployment
-
     marker = uuid.uuid4().hex
     saved = dict(os.environ)
     os.environ.update(
@@ -69,8 +81,7 @@ def ray_url(tiny_dir):
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  _node_ip_address="127.0.0.1")  # fmt: skip
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        factory = partial(served_engine, ["--model", str(tiny_dir), *TINY_OPTIONS])
-        serve.run(deployment(factory, replicas=2, num_cpus=0.25), route_prefix="/")
+        serve.run(doc_recipe(tiny_dir), route_prefix="/")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         serve.shutdown()

@@ -7,8 +7,8 @@
     from trt_kv.cli.serve_engine import served_engine
     from trt_kv.serve.ray_app import deployment
 
-    factory = partial(served_engine, ["--backend", "interpreter", "--max-batch", "8"])
-    serve.run(deployment(factory, replicas=2, num_cpus=1), route_prefix="/")
+    engine = partial(served_engine, ["--backend", "interpreter", "--max-batch", "8"])
+    serve.run(deployment(engine, replicas=2, num_cpus=1), route_prefix="/")
 
 ``factory`` is a picklable callable that returns a context manager yielding the engine (what
 ``trt-kv serve`` builds from its options: :func:`trt_kv.cli.serve_engine.served_engine`, which
@@ -95,17 +95,18 @@ def deployment(
     *,
     replicas: int = 1,
     num_cpus: float = 1.0,
+    num_gpus: float = 0.0,
     api_key: str | None = None,
     max_ongoing_requests: int = MAX_ONGOING_REQUESTS,
 ) -> serve.Application:
     """The Ray Serve application: ``replicas`` replicas of :class:`EngineReplica`, each
-    reserving ``num_cpus`` of the cluster's CPUs (fractions allowed), each building its own
-    engine from ``factory``. Run it with ``serve.run(app, route_prefix="/")``."""
-    options = {"num_cpus": num_cpus}
+    reserving ``num_cpus`` of the cluster's CPUs and ``num_gpus`` of its GPUs (fractions
+    allowed; a GPU engine: ``num_gpus=1``, a replica per GPU), each building its own engine
+    from ``factory``. Serve it with ``serve.run(app, route_prefix="/")`` or ``serve run``."""
     return serve.deployment(
         EngineReplica,
         name="trt_kv",
         num_replicas=replicas,
-        ray_actor_options=options,
+        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
         max_ongoing_requests=max_ongoing_requests,
     ).bind(factory, api_key)
