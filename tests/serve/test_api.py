@@ -222,3 +222,13 @@ def test_metrics_count_requests_tokens_and_statuses(server, client):
     assert delta("trt_kv_batch_occupancy_count") >= 4  # a decode step per token after the first
     assert flat["trt_kv_queue_length"].value == 0 and flat["trt_kv_running_slots"].value == 0
     assert flat["trt_kv_free_slots"].value == 4
+
+
+def test_each_app_counts_in_its_own_registry(server, client):
+    from trt_kv.serve.http.app import create_app
+
+    _, app = server
+    greedy(client, max_tokens=1)
+    other = create_app(app.state.loop, None, model_name="other")  # a second app, one process
+    counted = lambda a: _sample(a.state.metrics.text().decode(), "trt_kv_requests_total")  # noqa: E731
+    assert counted(app) >= 1 and counted(other) == 0

@@ -136,3 +136,9 @@ def test_a_full_queue_is_429_with_retry_after(tiny_dir):
             ):
                 c.completions.create(model=MODEL, prompt="w5", max_tokens=1)
         waiting.join(60)  # taken once the stream closed (its ticket cancelled)
+
+
+def test_no_such_route_or_method_has_the_same_body(server):
+    url, _ = server
+    assert error_of(httpx.get(f"{url}/embeddings"), 404)["code"] == "not_found"
+    error_of(httpx.get(f"{url}/completions"), 405)

@@ -105,3 +105,15 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_dir):
         f"trt-kv: error: --port: expected a port free on 127.0.0.1, got {port} "
         "(Address already in use)\n"
     )
+
+
+def test_the_serve_options_default_as_documented():
+    from trt_kv import build_defaults
+    from trt_kv.cli.serve_engine import serve_arguments
+
+    args = serve_arguments([])
+    assert (args.host, args.port, args.api_key) == ("127.0.0.1", 8000, None)
+    assert args.max_queue == build_defaults.MAX_QUEUE
+    assert args.prefill_chunk == build_defaults.PREFILL_CHUNK
+    assert args.drain_timeout == build_defaults.DRAIN_TIMEOUT_S == 30.0  # docs/serve.md says 30
+    assert args.max_batch == build_defaults.MAX_BATCH and args.model == "default"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from trt_kv.serve.http.protocol import ErrorBody, ErrorDetail
 
@@ -80,8 +81,8 @@ def validation_error(exc: RequestValidationError) -> ApiError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer :class:`ApiError`, validation failures and any other exception (500) with
-    OpenAI's error body."""
+    """Answer :class:`ApiError`, validation failures, routing errors (404, 405) and any
+    other exception (500) with OpenAI's error body."""
 
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
@@ -89,9 +90,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return validation_error(exc).response()
 
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else None
+        return ApiError(exc.status_code, str(exc.detail), code=code).response()
+
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         return server_error(f"{type(exc).__name__}: {exc}").response()
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)  # no such route, method not allowed
     app.add_exception_handler(Exception, unexpected)

@@ -49,10 +49,10 @@ class ServerMetrics:
             buckets=OCCUPANCY_BUCKETS, registry=r,
         )  # fmt: skip
         queue = Gauge(f"{PREFIX}_queue_length", "requests waiting for a slot", registry=r)
-        running = Gauge(f"{PREFIX}_running_slots", "slots prefilling or decoding", registry=r)
+        running = Gauge(f"{PREFIX}_running_slots", "slots held: prefilling or decoding", registry=r)
         free = Gauge(f"{PREFIX}_free_slots", "slots free", registry=r)
         queue.set_function(lambda: stats().queue_length)
-        running.set_function(lambda: stats().running + stats().prefilling)
+        running.set_function(lambda: (lambda s: s.capacity - s.free)(stats()))
         free.set_function(lambda: stats().free)
 
     def on_step(self, stats: object, step_seconds: float) -> None:

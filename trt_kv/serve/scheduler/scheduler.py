@@ -112,7 +112,8 @@ class Scheduler:
         Raises (nothing queued):
             ArgumentError: ``params`` not SamplingParams, a bad field (named), an empty
                 prompt or an id outside ``[0, V)``.
-            LimitError: ``len(prompt_ids) + max_tokens`` > S_max.
+            LimitError: ``len(prompt_ids) + max_tokens`` > S_max (or, for a longrope model,
+                past its original length: the scheduler never prefills again).
             QueueFullError: ``max_queue`` requests already wait.
             ClosedError: after :meth:`close`.
         """
@@ -125,12 +126,17 @@ class Scheduler:
         check_token_ids("prompt", ids, self.vocab_size)
         total = ids.size + params.max_tokens
         if total > self.max_seq_len:
+            limit = f"at most S_max = {self.max_seq_len} tokens"
+        elif self.session.long_rope_after is not None and total > self.session.long_rope_after:
+            # generate prefills a sequence again past longrope's original length; the
+            # scheduler does not, so a request stays below it
+            limit = f"at most longrope's original length {self.session.long_rope_after}"
+        else:
+            limit = None
+        if limit is not None:
             raise LimitError(
                 mismatch(
-                    "prompt + max_tokens",
-                    f"at most S_max = {self.max_seq_len} tokens",
-                    "",
-                    f"{ids.size} + {params.max_tokens} = {total}",
+                    "prompt + max_tokens", limit, "", f"{ids.size} + {params.max_tokens} = {total}"
                 )
             )
         seed = secrets.randbits(SEED_BITS) if params.seed is None else params.seed
