@@ -48,7 +48,9 @@ def default_step_tokens(max_seq_len: int) -> int:
 
 # the server (trt_kv.serve): requests that may wait for a slot before more are refused (429),
 # and the prompt tokens one prefill chunk feeds per step boundary, between the running
-# sequences' decode steps (measured: docs/decisions.md, "the scheduler's prefill chunk")
+# sequences' decode steps: 128, where a prompt token costs least on the interpreter (default
+# model, float16: 24.9 ms a token at 128, 40 at 64, 37 at 256; scripts/bench_serve_steps.py,
+# docs/decisions.md "the server's scheduler"), and MAX_STEP_TOKENS (capped to an engine's)
 MAX_QUEUE = 64
 PREFILL_CHUNK = 128
 # trt-kv serve's drain: seconds the requests in flight get after SIGTERM or Ctrl-C

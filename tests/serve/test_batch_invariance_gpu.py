@@ -36,6 +36,10 @@ def gpu_session(kind, path):
 @pytest.mark.parametrize("backend", ["tensorrt", "polygraphy"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_greedy_ids_on_emulated_tensorrt_equal_the_request_run_alone(engines, dtype, backend):
+    from trt_kv.emulator import is_active
+
+    if not is_active():
+        pytest.skip("a real GPU: TensorRT picks its own kernels per shape, no such promise")
     sessions = []
 
     def make():

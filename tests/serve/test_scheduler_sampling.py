@@ -2,6 +2,8 @@
 (and as ``generate`` with that seed alone), n choices each their own seed, OpenAI's
 frequency/presence penalties by their definition, logprobs from the step's logits."""
 
+import dataclasses
+
 import numpy as np
 
 from tests.support.serve_sessions import PROMPTS, drain_events, host_session
@@ -39,7 +41,7 @@ def test_a_seeded_sampled_request_gives_the_ids_of_generate_alone_whatever_else_
 
 def test_n_sampled_choices_each_take_their_own_seed():
     scheduler = Scheduler(host_session("float16"), eos_ids=[])
-    ticket = scheduler.submit(PROMPTS[2], SamplingParams(**{**SAMPLED.__dict__, "n": 3}))
+    ticket = scheduler.submit(PROMPTS[2], dataclasses.replace(SAMPLED, n=3))
     run(scheduler)
     events = drain_events(ticket)
     for i in range(3):

@@ -171,3 +171,36 @@ def test_every_slot_is_free_after_a_mixed_run(kind):
     run(scheduler)
     assert all(t.done for t in tickets)
     assert scheduler.stats().free == scheduler.capacity
+
+
+def test_more_slots_than_the_engine_batch_decode_in_windows_of_its_batch():
+    from tests.support.serve_sessions import SHAPES
+    from trt_kv.models.llama import build_llama_network
+    from trt_kv.runtime.interpreter_backend import InterpreterBackend
+
+    net = build_llama_network(CONFIG, WEIGHTS, dtype="float16", **{**SHAPES, "max_batch": 2})
+    scheduler = Scheduler(Session(InterpreterBackend(net, capacity=4)), eos_ids=[])
+    assert (scheduler.capacity, scheduler.max_window) == (4, 2)
+    tickets = [scheduler.submit(p, SamplingParams(max_tokens=12)) for p in PROMPTS[:4]]
+    occupancy = []
+    while scheduler.step():
+        occupancy.append(scheduler.stats().occupancy)
+    assert max(occupancy) == 4
+    for ticket, prompt in zip(tickets, PROMPTS):
+        assert ids(ticket) == solo(lambda: host_session("float16"), prompt, 12)[0]
+
+
+def test_a_long_prompt_prefills_one_chunk_per_step_while_running_streams_go_on():
+    scheduler = Scheduler(host_session("float16"), eos_ids=[], prefill_chunk=4)
+    running = scheduler.submit(PROMPTS[0], SamplingParams(max_tokens=20))
+    scheduler.step()
+    long = scheduler.submit(PROMPTS[4], GREEDY)  # 23 tokens: 6 chunks of 4
+    chunks = 0
+    while not long.completion_tokens:
+        before = running.completion_tokens
+        scheduler.step()
+        chunks += 1
+        assert running.completion_tokens == before + 1  # one token every step boundary
+    assert chunks == 6 and long.cached_tokens == 0
+    run(scheduler)
+    assert ids(long) == solo(lambda: host_session("float16"), PROMPTS[4], 6)[0]

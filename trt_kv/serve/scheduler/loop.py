@@ -44,7 +44,10 @@ class EngineLoop:
                 if self._stopping:
                     return
             start = time.perf_counter()
-            self.scheduler.step()
+            try:
+                self.scheduler.step()
+            except Exception as err:  # a fault outside any one request: theirs, not the loop's
+                self.scheduler.abort(err)
             if self.on_step is not None:
                 self.on_step(self.scheduler.stats(), time.perf_counter() - start)
 

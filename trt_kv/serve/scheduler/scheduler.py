@@ -7,10 +7,11 @@ one; the head of the queue admitted when a prefill is not under way and ``n`` sl
 one decode step of every running sequence (one backend step over the window of their slots,
 :meth:`Session.step_slots`: idle slots between them take a pad token, nothing is copied);
 then at most one prefill chunk of ``prefill_chunk`` tokens of the admitted request, as a
-backend step of its own. Two steps, not one padded step: on the interpreter a padded step of
-1 x 128 + 7 x 1 tokens costs what 8 x 128 would (every row padded to the widest), far more
-than a 128-token chunk plus a decode step of 8 (docs/decisions.md, "the scheduler's prefill
-chunk"). A running stream so waits at most one chunk plus one decode step per token.
+backend step of its own. Two steps, not one padded step (a step's rows are padded to its
+widest): on the interpreter (scripts/bench_serve_steps.py, default model, float16) a padded
+step of 1 x 128 + 7 x 1 tokens took 2.6x a 128-token chunk plus a decode step of 8 (the issue
+measured 6.4x: 1460 ms against 191 + 39 ms; docs/decisions.md, "the server's scheduler"). A
+running stream so waits at most one chunk plus one decode step per token.
 
 Failures stay with their request: a prefill chunk that raises ends its request with
 ``finish_reason`` "error" and the message; a decode step that raises ends every request of
@@ -59,6 +60,17 @@ class _Request:
     choices: list[Choice] = field(default_factory=list)
 
 
+def _windows(slots: list[int], width: int) -> list[list[int]]:
+    """Ascending ``slots`` in groups spanning at most ``width`` slots each."""
+    groups: list[list[int]] = []
+    for s in slots:
+        if groups and s - groups[-1][0] < width:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
 class Scheduler:
     """Requests over ``session``'s slots (all of them: ``capacity`` = the session's). A
     choice stops at one of ``eos_ids`` (and its request's ``stop_token_ids``).
@@ -86,6 +98,10 @@ class Scheduler:
         chunk = check_int("prefill_chunk", prefill_chunk, 1)
         self.prefill_chunk = min(chunk, session.backend.max_step_tokens)
         self.slots = SlotTable(session.capacity)
+        # the widest window one step binds: an engine's batch (its roles' max_batch) where
+        # the session has more slots than that
+        roles = getattr(session.backend, "roles", None)
+        self.max_window = min(session.capacity, getattr(roles, "max_batch", session.capacity))
         self._waiting: deque[_Request] = deque()
         self._cancels: dict[str, str] = {}  # request id -> reason
         self._prefilling: _Request | None = None
@@ -218,18 +234,22 @@ class Scheduler:
             self._fail([request], err)
 
     def _decode(self) -> None:
-        self._occupancy = 0
-        if not self._running:
-            return
+        """One decode step of every running sequence: one backend step per window of at
+        most :attr:`max_window` slots (one window unless the engine's batch is narrower
+        than the session's slots)."""
         batch = dict(sorted(self._running.items()))
         self._occupancy = len(batch)
-        try:
-            logits = self.session.step_slots({s: [c.pending] for s, (_, c) in batch.items()})
-        except Exception as err:  # one shared step: every request in it fails
-            self._fail({id(r): r for r, _ in batch.values()}.values(), err)
-            return
-        for row, (request, choice) in zip(logits, batch.values()):
-            self._emit(request, choice, row)
+        for window in _windows(list(batch), self.max_window):
+            part = {s: batch[s] for s in window if not batch[s][1].finished}
+            if not part:  # (its requests failed in an earlier window)
+                continue
+            try:
+                logits = self.session.step_slots({s: [c.pending] for s, (_, c) in part.items()})
+            except Exception as err:  # one shared step: every request in it fails
+                self._fail({id(r): r for r, _ in part.values()}.values(), err)
+                continue
+            for row, (request, choice) in zip(logits, part.values()):
+                self._emit(request, choice, row)
 
     def _prefill_chunk(self) -> None:
         request = self._prefilling
@@ -263,8 +283,12 @@ class Scheduler:
         self._tokens.update(generated=1)
         if choice.finished:
             self._free(choice, choice.history[:-1])  # the last token was never fed
-            self._finished[event.finish_reason] += 1
+            self._count(event.finish_reason)
         request.ticket.put(event)
+
+    def _count(self, reason: str) -> None:
+        with self._inbox:
+            self._finished[reason] += 1
 
     def _free(self, choice: Choice, cached: list[int]) -> None:
         choice.finished = True
@@ -284,7 +308,7 @@ class Scheduler:
                 self._free(choice, choice.history[:-1])
         for i in range(request.ticket.n):
             if i not in request.ticket.finish_reasons:
-                self._finished[reason] += 1
+                self._count(reason)
                 request.ticket.put(TokenEvent(i, None, finish_reason=reason, error=error))
 
     def _fail(self, requests: Iterable[_Request], err: Exception) -> None:
@@ -300,8 +324,8 @@ class Scheduler:
 
     # -- queries and the end -----------------------------------------------------------
     def stats(self) -> SchedulerStats:
-        with self._inbox:
-            waiting = len(self._waiting)
+        with self._inbox:  # stats may be read on another thread than the steps'
+            waiting, finished = len(self._waiting), dict(self._finished)
         return SchedulerStats(
             queue_length=waiting,
             running=len(self._running),
@@ -311,11 +335,18 @@ class Scheduler:
             steps=self._steps,
             occupancy=self._occupancy,
             submitted=self._submitted,
-            finished=dict(self._finished),
+            finished=finished,
             prompt_tokens=self._tokens["prompt"],
             cached_tokens=self._tokens["cached"],
             generated_tokens=self._tokens["generated"],
         )
+
+    def abort(self, err: Exception) -> None:
+        """End every request holding slots with "error" and ``err``'s message, resetting
+        their slots (what a step that raised past its own handlers leaves to do); the queue
+        and the scheduler go on."""
+        with self._stepping:
+            self._fail(self._live(), err)
 
     def close(self, reason: str = "cancelled") -> None:
         """End every queued and running request with a final event of ``reason``; later
