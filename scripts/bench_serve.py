@@ -6,11 +6,12 @@
 
 Each server is started here on a free loopback port with the same slots and context: ``trt-kv
 serve --backend interpreter --max-batch 8`` (the default model, S_max 512) and ``llama-server
--m GGUF -np 8 -c 4096`` (8 x S_max) on the default model's GGUF (``LLAMA_SERVER`` names the
-binary, else ``../shared/llama.cpp/run llama-server``). Every request is ``/v1/completions``,
+-m GGUF -np 8 -c 4096 --poll 0`` (8 x S_max; see LLAMA_FLAGS) on the default model's GGUF
+(``LLAMA_SERVER`` names the binary, else ``../shared/llama.cpp/run llama-server``). Both use
+every core; run it on a quiet machine (the first line prints the load average). Every request is ``/v1/completions``,
 streaming, greedy, a 64-token prompt (each request its own, so no prefix is reused) and 64 new
-tokens (``ignore_eos``). Rows: 1, 4, 8 and 16 clients sending at once, then the same requests
-one at a time (``seq``). Columns per server: generated tokens/s over the row's wall time, time
+tokens (``ignore_eos``). Rows: 1, 4, 8 and 16 clients sending at once, then 8 such requests
+one at a time (``--sequential``). Columns per server: generated tokens/s over the row's wall time, time
 to first token (TTFT) and inter-token latency (ITL) p50/p99 in ms, each streamed chunk one
 token (both servers stream one token a chunk; ``usage`` counts the tokens).
 
@@ -42,9 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOTS = 8
 S_MAX = 512
 CHUNK = 128  # trt-kv's prefill chunk (MAX_STEP_TOKENS)
-# llama-server's threads sleep between batches instead of spinning: on a shared 2-core machine
-# its default polling (50) slowed it ~10x whenever another process ran (one stream: 63 tokens/s
-# alone, 2.6 beside a load of 5); with --poll 0 it is as fast alone (72 tokens/s)
+# llama-server's threads sleep instead of polling for work: one stream alone made 72 tokens/s
+# so, 63 with the default polling (50), on the 2-core machine of docs/serve.md
 LLAMA_FLAGS = ("--poll", "0")
 TEXT = (
     "The history of the lighthouse begins with fires lit on hilltops to guide ships home. "
