@@ -8,12 +8,13 @@ Each server is started here on a free loopback port with the same slots and cont
 serve --backend interpreter --max-batch 8`` (the default model, S_max 512) and ``llama-server
 -m GGUF -np 8 -c 4096 --poll 0`` (8 x S_max; see LLAMA_FLAGS) on the default model's GGUF
 (``LLAMA_SERVER`` names the binary, else ``../shared/llama.cpp/run llama-server``). Both use
-every core; run it on a quiet machine (the first line prints the load average). Every request is ``/v1/completions``,
-streaming, greedy, a 64-token prompt (each request its own, so no prefix is reused) and 64 new
-tokens (``ignore_eos``). Rows: 1, 4, 8 and 16 clients sending at once, then 8 such requests
-one at a time (``--sequential``). Columns per server: generated tokens/s over the row's wall time, time
-to first token (TTFT) and inter-token latency (ITL) p50/p99 in ms, each streamed chunk one
-token (both servers stream one token a chunk; ``usage`` counts the tokens).
+every core; run it on a quiet machine (the first line prints the load average). Every request
+is ``/v1/completions``, streaming, greedy, a 64-token prompt (each request its own, so no
+prefix is reused) and 64 new tokens (``ignore_eos``). Rows: 1, 4, 8 and 16 clients sending at
+once, then 8 such requests one at a time (``--sequential``). Columns per server: generated
+tokens/s over the row's wall time, time to first token (TTFT) and inter-token latency (ITL)
+p50/p99 in ms, each streamed chunk one token (both servers stream one token a chunk;
+``usage`` counts the tokens).
 
 Then one stream's longest inter-token gap while another request's 384-token prompt (three
 128-token chunks) is prefilled, beside what continuous batching promises it: one chunk's time
