@@ -217,7 +217,7 @@ def test_the_readme_keeps_its_two_set_up_commands_and_ci_runs_the_second():
     commands = [line for line in setup.group(1).splitlines() if line.startswith("pip ")]
     assert commands == [
         "pip install -e . && trt-kv demo",
-        'pip install -e ".[test,oracle,serve,onnx]" && python -m pytest -q',
+        'pip install -e ".[test,oracle,serve,ray,onnx]" && python -m pytest -q',
     ]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
