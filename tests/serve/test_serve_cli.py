@@ -120,3 +120,29 @@ def test_the_serve_options_default_as_documented():
     assert args.prefill_chunk == build_defaults.PREFILL_CHUNK
     assert args.drain_timeout == build_defaults.DRAIN_TIMEOUT_S == 30.0  # docs/serve.md says 30
     assert args.max_batch == build_defaults.MAX_BATCH and args.model == "default"
+
+
+def test_an_idle_connection_outlives_the_clients_keepalive(tiny_dir):
+    """A connection idle for 6 s still takes a request: the server keeps idle connections
+    open longer than httpx's (so the openai client's) 5 s keepalive_expiry, so it never
+    closes a pooled connection at the moment a client reuses it (uvicorn's default is 5 s)."""
+    import socket
+
+    def health(raw, reader):
+        """One GET /health on the connection; its status line (b"" once the server closed)."""
+        raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status = reader.readline()
+        length = 0
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        reader.read(length)
+        return status
+
+    with serve_process("--model", str(tiny_dir), *TINY_OPTIONS) as (_, url):
+        address = httpx.URL(url)
+        with socket.create_connection((address.host, address.port), timeout=30) as raw:
+            reader = raw.makefile("rb")
+            assert health(raw, reader).startswith(b"HTTP/1.1 200")
+            time.sleep(6.0)
+            assert health(raw, reader).startswith(b"HTTP/1.1 200")

@@ -26,6 +26,10 @@ from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.serve.scheduler import EngineLoop
 
 DRAIN_MARGIN_S = 5.0  # after it, for the cancelled streams' last chunks to be sent
+# Seconds an idle connection stays open: above httpx's (so the openai client's) 5 s
+# keepalive_expiry, so a pooled connection is never closed by the server at the moment a client
+# reuses it (uvicorn's own 5 s default races it: httpx.ReadError, seen once in five load tests)
+KEEP_ALIVE_S = 15.0
 
 
 class Server(uvicorn.Server):
@@ -126,6 +130,7 @@ def serve(
         port=port,
         log_level="warning",
         lifespan="off",
+        timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=drain_timeout + DRAIN_MARGIN_S,
     )
     server = Server(config, loop, drain_timeout, on_ready)
