@@ -196,33 +196,30 @@ def _created() -> int:
     return int(time.time())
 
 
-class ChatCompletion(Response):
+class _Reply(Response):
+    """What every completion and chunk carries besides its ``object`` and ``choices``."""
+
     id: str
+    created: int = Field(default_factory=_created)
+    model: str
+    usage: Usage | None = None
+
+
+class ChatCompletion(_Reply):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=_created)
-    model: str
     choices: list[ChatChoice]
-    usage: Usage | None = None
 
 
-class ChatCompletionChunk(Response):
-    id: str
+class ChatCompletionChunk(_Reply):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int = Field(default_factory=_created)
-    model: str
     choices: list[ChatChunkChoice]
-    usage: Usage | None = None
 
 
-class Completion(Response):
+class Completion(_Reply):
     """A whole completion, and each chunk of a streamed one (OpenAI uses one shape)."""
 
-    id: str
     object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=_created)
-    model: str
     choices: list[CompletionChoice]
-    usage: Usage | None = None
 
 
 class ModelCard(Response):
