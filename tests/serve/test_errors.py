@@ -39,6 +39,7 @@ def error_of(answer, status):
         ({"prompt": "w5", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"prompt": "w5", "logprobs": 9}, "logprobs"),
         ({"prompt": "w5", "frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"prompt": "w5", "ignore_eos": "yes"}, "ignore_eos"),
         ({"prompt": [5, "w6"]}, "prompt"),
         ({"prompt": "w5", "n": 5}, "n"),  # more choices than the 4 slots: the scheduler's check
         ({}, "prompt"),

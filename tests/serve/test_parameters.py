@@ -70,3 +70,28 @@ def test_a_seeded_sampled_answer_is_the_same_whatever_else_runs(server, client):
             return (await asyncio.gather(mine, *others))[0].choices[0].text
 
     assert asyncio.run(crowded()) == alone
+
+
+def test_ignore_eos_runs_past_the_models_end_id_to_max_tokens(client, tiny_dir, tmp_path):
+    """A model whose end id is the second word of a greedy answer stops there; with
+    ``ignore_eos`` (vLLM's and llama-server's extension) it runs on to ``max_tokens``."""
+    import json
+    import shutil
+
+    from tests.support.servers import TINY_OPTIONS, app_server
+
+    words = text(client, prompt="w5 w6 w7", max_tokens=4, temperature=0).split()
+    folder = shutil.copytree(tiny_dir, tmp_path / MODEL)
+    config = json.loads((folder / "config.json").read_text())
+    config["eos_token_id"] = int(words[1].removeprefix("w"))
+    (folder / "config.json").write_text(json.dumps(config))
+    with (
+        app_server(["--model", str(folder), *TINY_OPTIONS]) as (url, _),
+        openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as ends,
+    ):
+        request = {"model": MODEL, "prompt": "w5 w6 w7", "max_tokens": 4, "temperature": 0}
+        stopped = ends.completions.create(**request).choices[0]
+        past = ends.completions.create(**request, extra_body={"ignore_eos": True}).choices[0]
+    # the end id is the last token (shown: not a special token of this vocabulary)
+    assert (stopped.finish_reason, stopped.text.split()) == ("stop", words[:2])
+    assert (past.finish_reason, past.text.split()) == ("length", words)

@@ -100,3 +100,17 @@ def test_an_end_id_stops_a_choice_with_stop_and_a_stop_id_too():
     eos_events, stop_events = drain_events(by_eos)[0], drain_events(by_stop)[0]
     assert token_ids(eos_events) == first[:2] and eos_events[-1].finish_reason == "stop"
     assert token_ids(stop_events) == first[:1] and stop_events[-1].finish_reason == "stop"
+
+
+def test_ignore_eos_runs_past_the_end_id_to_max_tokens_and_a_stop_id_still_ends():
+    first = generate(host_session("float16"), [PROMPTS[3]], 4).ids[0]
+    scheduler = Scheduler(host_session("float16"), eos_ids=[first[1]])
+    past = scheduler.submit(PROMPTS[3], SamplingParams(max_tokens=4, ignore_eos=True))
+    stopped = scheduler.submit(
+        PROMPTS[3],
+        SamplingParams(max_tokens=4, ignore_eos=True, stop_token_ids=frozenset({first[1]})),
+    )
+    run(scheduler)
+    past_events, stopped_events = drain_events(past)[0], drain_events(stopped)[0]
+    assert token_ids(past_events) == first and past_events[-1].finish_reason == "length"
+    assert token_ids(stopped_events) == first[:2] and stopped_events[-1].finish_reason == "stop"

@@ -2,8 +2,8 @@
 ``/v1/chat/completions`` and ``/v1/models`` take and give, as the official ``openai`` client
 sends and reads them. Unknown request fields are ignored, as OpenAI does; a field of the
 wrong type or range fails validation, which the app answers with 400 naming the field
-(:mod:`trt_kv.serve.http.errors`). Extensions beyond OpenAI's fields: ``top_k`` and
-``repetition_penalty`` (as vLLM and llama-server take them).
+(:mod:`trt_kv.serve.http.errors`). Extensions beyond OpenAI's fields: ``top_k``,
+``repetition_penalty`` and ``ignore_eos`` (as vLLM and llama-server take them).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class Request(BaseModel):
     repetition_penalty: Annotated[float, Field(ge=1e-3, le=1e3)] = 1.0
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
 

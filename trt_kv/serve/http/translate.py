@@ -64,6 +64,7 @@ def sampling_params(request: Request, prompt_tokens: int, max_seq_len: int) -> S
         presence_penalty=request.presence_penalty,
         top_logprobs=top,
         n=request.n,
+        ignore_eos=request.ignore_eos,
     )
 
 

@@ -24,7 +24,9 @@ class SamplingParams:
     ``top_logprobs`` None: no logprobs; k in 0..20: the chosen token's logprob and the k
     most likely alternatives. ``n`` choices share one prefill; choice 0 takes ``seed``,
     choice i > 0 a seed derived from ``(seed, i)``. ``stop_token_ids`` end a choice as the
-    model's end ids do (kept as its last token)."""
+    model's end ids do (kept as its last token). ``ignore_eos`` (vLLM's and llama-server's
+    extension): the model's end ids do not end a choice (``stop_token_ids`` still do), so it
+    runs to ``max_tokens``: what a benchmark sends to compare servers token for token."""
 
     max_tokens: int
     temperature: float = 0.0
@@ -37,6 +39,7 @@ class SamplingParams:
     top_logprobs: int | None = None
     n: int = 1
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    ignore_eos: bool = False
 
     def check(self, vocab_size: int, capacity: int) -> SamplingParams:
         """These parameters with every field checked (ints as ``int``, reals as ``float``).
@@ -47,6 +50,8 @@ class SamplingParams:
                 ``[0, vocab_size)``).
         """
         lo, hi = OPENAI_PENALTIES
+        if not isinstance(self.ignore_eos, bool):
+            raise ArgumentError(mismatch("ignore_eos", "True or False", "", repr(self.ignore_eos)))
         stops = self.stop_token_ids
         if isinstance(stops, (str, bytes)) or not hasattr(stops, "__iter__"):
             raise ArgumentError(mismatch("stop_token_ids", "a set of token ids", "", stops))

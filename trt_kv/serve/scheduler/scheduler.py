@@ -293,7 +293,10 @@ class Scheduler:
     # -- choices out -------------------------------------------------------------------
     def _emit(self, request: _Request, choice: Choice, row: np.ndarray) -> None:
         """Choose ``choice``'s next token from its logits ``row [V]`` and deliver it."""
-        event = choice.next_token(row, self.eos | request.ticket.params.stop_token_ids)
+        params = request.ticket.params
+        event = choice.next_token(
+            row, (frozenset() if params.ignore_eos else self.eos) | params.stop_token_ids
+        )
         self._tokens.update(generated=1)
         if choice.finished:
             self._free(choice, choice.history[:-1])  # the last token was never fed
