@@ -81,3 +81,12 @@ def test_drain_past_its_deadline_ends_the_rest_as_cancelled(loop):
     assert running.finish_reasons == {0: "cancelled"}
     assert all(set(t.finish_reasons.values()) == {"cancelled"} for t in waiting)
     assert loop.scheduler.stats().free == loop.scheduler.capacity
+
+
+def test_alive_while_the_worker_thread_runs():
+    engine = EngineLoop(Scheduler(host_session("float16"), eos_ids=[]))
+    assert not engine.alive  # not started
+    engine.start()
+    assert engine.alive
+    engine.stop()
+    assert not engine.alive

@@ -182,3 +182,12 @@ def test_a_draining_server_answers_503_to_health_and_to_new_requests(tiny_dir):
             assert '"finish_reason":"length"' in [x for x in lines if x.strip()][-2]
         drain.join(60)
         assert httpx.get(health).status_code == 503
+
+
+def test_health_is_503_once_the_engine_loop_stopped(tiny_dir):
+    with app_server(["--model", str(tiny_dir), *TINY_OPTIONS]) as (url, app):
+        health = url.removesuffix("/v1") + "/health"
+        assert httpx.get(health).status_code == 200
+        app.state.loop.stop()
+        answer = httpx.get(health)
+        assert (answer.status_code, answer.json()) == (503, {"status": "stopped"})

@@ -86,6 +86,12 @@ class EngineReplica:
         app.add_middleware(ReplicaHeader, name=serve.get_replica_context().replica_id.unique_id)
         return app
 
+    def check_health(self) -> None:
+        """Ray's periodic health check: raises once the engine's loop no longer steps, so Ray
+        replaces this replica instead of routing requests to it."""
+        if not self.engine.loop.alive:
+            raise RuntimeError("trt_kv: the replica's engine loop has stopped")
+
     def __del__(self) -> None:
         self._stack.close()
 

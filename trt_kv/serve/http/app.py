@@ -109,10 +109,13 @@ def create_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        """200 ``{"status": "ok"}``; 503 ``{"status": "draining"}`` once a drain began (as
-        llama-server answers 503 while not ready: a balancer sends no more requests)."""
+        """200 ``{"status": "ok"}``; 503 ``{"status": "draining"}`` once a drain began, and
+        ``{"status": "stopped"}`` when the engine's loop no longer runs (as llama-server
+        answers 503 while not ready: a balancer sends no more requests)."""
         if loop.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
+        if not loop.alive:
+            return JSONResponse({"status": "stopped"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")

@@ -100,6 +100,12 @@ class EngineLoop:
             if len(ended) < ticket.n:
                 self.cancel(ticket)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread runs (started, not stopped): what a health check asks,
+        so that a balancer or Ray restarts a replica whose engine no longer steps."""
+        return self._thread is not None and self._thread.is_alive()
+
     def drain(self, timeout: float) -> None:
         """Stop accepting (:meth:`submit` raises DrainingError), let the requests in flight
         finish for up to ``timeout`` seconds, then end the rest ("cancelled") and stop."""
