@@ -167,6 +167,23 @@ def round_float16(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def round_any(a: object) -> np.ndarray:
+    """``round_float16(np.asarray(a, dtype=np.float32))``: a layer output rounded at its
+    float16 boundary, the usual one (a C-contiguous float32 array, not small) with no more
+    checks than it needs (one of these a decode step runs ~600 times)."""
+    if (
+        type(a) is np.ndarray
+        and a.dtype == _F32
+        and a.size >= _SMALL
+        and a.flags.c_contiguous
+        and a.flags.aligned
+    ):
+        out = np.empty(a.shape, _F32)
+        LIB.trt_kv_round_float16(address(a), address(out), a.size)
+        return out
+    return round_float16(np.asarray(a, dtype=_F32))
+
+
 def _operands(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``x`` and ``w`` checked and made contiguous, and the ``[M, N]`` float32 result."""
     expect_dtype("x", x, _F32)
