@@ -323,16 +323,16 @@ def rope(
         raise ShapeError(mismatch("x, cos, sin", "[B, N, S, H], [P, R/2] x 2", "", shapes))
     if positions.shape != (x.shape[0], x.shape[2]) or positions.dtype.kind not in "iu":
         raise ShapeError(mismatch("positions", "[B, S] integers", "", positions.shape))
-    if positions.size and not -p <= positions.min() <= positions.max() < p:
-        raise ShapeError(
-            mismatch("positions", "in", f"[-{p}, {p})", (positions.min(), positions.max()))
-        )
-    rows = np.ascontiguousarray(np.where(positions < 0, positions + p, positions), np.int64)
+    low, high = (positions.min(), positions.max()) if positions.size else (0, 0)
+    if positions.size and not -p <= low <= high < p:
+        raise ShapeError(mismatch("positions", "in", f"[-{p}, {p})", (low, high)))
+    rows = positions if low >= 0 else np.where(positions < 0, positions + p, positions)
+    rows = np.ascontiguousarray(rows, np.int64)
     x, cos, sin = (_contiguous_aligned(a) for a in (x, cos, sin))
     out = np.empty(x.shape, _F32)
     if out.size:
         LIB.trt_kv_rope_float32(
-            address(x), *x.shape, r, address(cos), address(sin), rows.ctypes.data,
+            address(x), *x.shape, r, address(cos), address(sin), address(rows),
             int(interleaved), address(out),
         )  # fmt: skip
     return out
