@@ -323,7 +323,7 @@ def rope(
         raise ShapeError(mismatch("x, cos, sin", "[B, N, S, H], [P, R/2] x 2", "", shapes))
     if positions.shape != (x.shape[0], x.shape[2]) or positions.dtype.kind not in "iu":
         raise ShapeError(mismatch("positions", "[B, S] integers", "", positions.shape))
-    low, high = (positions.min(), positions.max()) if positions.size else (0, 0)
+    low, high = bounds(positions) if positions.size else (0, 0)
     if positions.size and not -p <= low <= high < p:
         raise ShapeError(mismatch("positions", "in", f"[-{p}, {p})", (low, high)))
     rows = positions if low >= 0 else np.where(positions < 0, positions + p, positions)
@@ -336,6 +336,15 @@ def rope(
             int(interleaved), address(out),
         )  # fmt: skip
     return out
+
+
+def bounds(a: np.ndarray) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty integer array as Python ints (one element, a decode
+    step's position: read, not reduced twice)."""
+    if a.size == 1:
+        value = int(a.reshape(-1)[0])
+        return value, value
+    return int(a.min()), int(a.max())
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
