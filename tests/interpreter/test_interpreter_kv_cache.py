@@ -40,12 +40,12 @@ def test_kv_cache_update_docs_example():
     np.testing.assert_array_equal(out[..., 0], expected)
 
 
-def _cache_net(dtype: str, s_max: int = 8, packed: bool = False) -> Net:
-    """cache [2, 3, S_max, 4] updated from ``update`` (padded [2, 3, S, 4] or packed [T, 3, 4])."""
+def _cache_net(dtype: str, s_max: int = 8, packed: bool = False, batch: int = 2) -> Net:
+    """cache [B, 3, S_max, 4] updated from ``update`` (padded [B, 3, S, 4] or packed [T, 3, 4])."""
     net = Net()
-    cache = net.input("cache", dtype, (2, 3, s_max, 4))
-    update = net.input("update", dtype, (-1, 3, 4) if packed else (2, 3, -1, 4))
-    write_indices = net.input("write_indices", "int32", (2,))
+    cache = net.input("cache", dtype, (batch, 3, s_max, 4))
+    update = net.input("update", dtype, (-1, 3, 4) if packed else (batch, 3, -1, 4))
+    write_indices = net.input("write_indices", "int32", (batch,))
     lengths = net.input("update_lengths", "int32", (3,)) if packed else None
     add_kv_cache_update(
         net.network, cache, update, write_indices, output_name="out", update_lengths=lengths
@@ -133,19 +133,43 @@ def test_kv_cache_update_accumulates_over_decode_steps():
     assert not cache[0, :, 3:].any() and not cache[1, :, :4].any() and not cache[1, :, 7:].any()
 
 
+@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("tokens", [1, 3], ids=["decode", "prefill"])
-def test_kv_cache_update_fast_and_plain_plans_write_the_same_bits(tokens):
-    """The fast plan's whole-array checks and indexed write against the reference's loop."""
-    net = _cache_net("float16")
-    update = rand(2, 3, tokens, 4, seed=4, dtype="float16")
+def test_kv_cache_update_fast_and_plain_plans_write_the_same_bits(tokens, batch):
+    """The fast plan's whole-array checks and indexed write (one sequence's decode row: a
+    view) against the reference's loop."""
+    net = _cache_net("float16", batch=batch)
+    update = rand(batch, 3, tokens, 4, seed=4, dtype="float16")
     caches = {}
     for fast in (True, False):
-        cache = _random_bits((2, 3, 8, 4), "float16", seed=5)
-        feed = {"cache": cache, "update": update, "write_indices": np.array([5, 2], np.int32)}
+        cache = _random_bits((batch, 3, 8, 4), "float16", seed=5)
+        feed = {
+            "cache": cache,
+            "update": update,
+            "write_indices": np.array([5, 2][:batch], np.int32),
+        }
         assert compile_network(net.network, fast=fast).run(feed)["out"] is cache
         caches[fast] = cache.view(np.uint16)
     np.testing.assert_array_equal(caches[True], caches[False])
     np.testing.assert_array_equal(caches[True][0, :, 5 : 5 + tokens], update[0].view(np.uint16))
+
+
+@pytest.mark.parametrize("start", [-1, 6, 2**31 - 1], ids=["negative", "past_end", "int32_max"])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+def test_one_sequence_write_out_of_range_raises_and_writes_nothing(fast, start):
+    """One sequence (the fast plan reads its start without a reduction): a 3-token update
+    from 6 passes S_max 8; the reference's error, nothing written."""
+    net = _cache_net("float32", batch=1)
+    cache = rand(1, 3, 8, 4, seed=6)
+    before = cache.copy()
+    feed = {
+        "cache": cache,
+        "update": rand(1, 3, 3, 4),
+        "write_indices": np.array([start], np.int32),
+    }
+    with pytest.raises(CacheOverflowError, match=r"write_indices\[0\]"):
+        compile_network(net.network, fast=fast).run(feed)
+    np.testing.assert_array_equal(cache, before)
 
 
 @pytest.mark.parametrize("bad_index", [-1, 2**31 - 1], ids=["negative", "int32_max"])

@@ -47,6 +47,18 @@ def test_rope_is_the_reference_bit_for_bit(b, n, s, h, dim, interleaved):
     np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
 
 
+@pytest.mark.parametrize("position", [-40, -1, 0, 39])
+def test_one_position_a_decode_step_is_the_reference_bit_for_bit(position):
+    """A decode step's one position (read, not reduced), at each end of the tables."""
+    x = rand(1, 9, 1, 64, seed=5) * np.float32(1e3)
+    cos, sin = rand(40, 32, seed=6), rand(40, 32, seed=7)
+    positions = np.array([[position]], np.int64)
+    assert transformer._native_rope_fits(x, cos, sin, positions)
+    out = native.rope(x, cos, sin, positions)
+    expected = ops.apply_rope(x, cos, sin, positions)
+    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
+
+
 def test_strided_rows_are_read_as_their_values():
     x = rand(1, 6, 8, 16, seed=5)
     strided = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
@@ -64,8 +76,18 @@ def test_strided_rows_are_read_as_their_values():
         (rand(1, 2, 3, 8), (4, 4), [[0, 1]], ShapeError, "positions"),
         (rand(1, 2, 3, 8), (4, 4), [[0, 1, 4]], ShapeError, "positions"),
         (rand(1, 2, 3, 8), (4, 4), [[0, 1, -5]], ShapeError, "positions"),
+        (rand(1, 2, 1, 8), (4, 4), [[4]], ShapeError, "positions"),  # one position
+        (rand(1, 2, 1, 8), (4, 4), [[-5]], ShapeError, "positions"),
     ],
-    ids=["x float16", "table width", "positions shape", "past the table", "before it"],
+    ids=[
+        "x float16",
+        "table width",
+        "positions shape",
+        "past the table",
+        "before it",
+        "one past",
+        "one before",
+    ],
 )
 def test_rope_refuses_other_dtypes_shapes_and_positions(x, tables, positions, error, names):
     cos = sin = np.zeros(tables, np.float32)

@@ -35,7 +35,7 @@ from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
     shapes,
     transformer,
 )
-from trt_kv.interpreter.half import round_float16
+from trt_kv.interpreter.half import round_any
 from trt_kv.interpreter.layout import (
     fold_constants,
     fuse_shared_products,
@@ -70,14 +70,14 @@ def _finisher(
     declared: np.dtype, compute: np.dtype, fast: bool = False
 ) -> Callable[[np.ndarray], np.ndarray]:
     """Round a layer output to its declared dtype, keep floats in the compute dtype
-    (``fast``: float16 rounds through :func:`~trt_kv.interpreter.half.round_float16`, the
+    (``fast``: float16 rounds through :func:`~trt_kv.interpreter.half.round_any`, the
     same bits as NumPy's casts)."""
     if not is_float(declared):
         return lambda a: np.asarray(a, dtype=declared)
     if declared == compute:
         return lambda a: np.asarray(a, dtype=compute)
     if fast and declared == _FLOAT16 and compute == _FLOAT32:
-        return lambda a: round_float16(np.asarray(a, dtype=compute))
+        return round_any
     # float16/bfloat16 (or float32 under float64 compute): round at the tensor boundary.
     return lambda a: np.asarray(a).astype(declared).astype(compute)
 

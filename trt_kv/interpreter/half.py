@@ -114,6 +114,14 @@ def round_float16(x: np.ndarray) -> np.ndarray:
     return _ROUND(x)
 
 
+def round_any(a: object) -> np.ndarray:
+    """:func:`round_float16` of ``np.asarray(a, dtype=np.float32)`` (a fast plan's float16
+    output finisher: the compiled helper's shortest path where it is built)."""
+    if _ROUND is native.round_float16:
+        return native.round_any(a)
+    return _ROUND(np.asarray(a, dtype=_F32))
+
+
 def widen_to(a: np.ndarray, compute: np.dtype) -> np.ndarray:
     """``a`` in ``compute`` (float32 from float16 through :func:`widen`; else NumPy's cast)."""
     if a.dtype == compute:

@@ -167,6 +167,23 @@ def round_float16(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def round_any(a: object) -> np.ndarray:
+    """``round_float16(np.asarray(a, dtype=np.float32))``: a layer output rounded at its
+    float16 boundary, the usual one (a C-contiguous float32 array, not small) with no more
+    checks than it needs (one of these a decode step runs ~600 times)."""
+    if (
+        type(a) is np.ndarray
+        and a.dtype == _F32
+        and a.size >= _SMALL
+        and a.flags.c_contiguous
+        and a.flags.aligned
+    ):
+        out = np.empty(a.shape, _F32)
+        LIB.trt_kv_round_float16(address(a), address(out), a.size)
+        return out
+    return round_float16(np.asarray(a, dtype=_F32))
+
+
 def _operands(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``x`` and ``w`` checked and made contiguous, and the ``[M, N]`` float32 result."""
     expect_dtype("x", x, _F32)
@@ -306,19 +323,28 @@ def rope(
         raise ShapeError(mismatch("x, cos, sin", "[B, N, S, H], [P, R/2] x 2", "", shapes))
     if positions.shape != (x.shape[0], x.shape[2]) or positions.dtype.kind not in "iu":
         raise ShapeError(mismatch("positions", "[B, S] integers", "", positions.shape))
-    if positions.size and not -p <= positions.min() <= positions.max() < p:
-        raise ShapeError(
-            mismatch("positions", "in", f"[-{p}, {p})", (positions.min(), positions.max()))
-        )
-    rows = np.ascontiguousarray(np.where(positions < 0, positions + p, positions), np.int64)
+    low, high = bounds(positions) if positions.size else (0, 0)
+    if positions.size and not -p <= low <= high < p:
+        raise ShapeError(mismatch("positions", "in", f"[-{p}, {p})", (low, high)))
+    rows = positions if low >= 0 else np.where(positions < 0, positions + p, positions)
+    rows = np.ascontiguousarray(rows, np.int64)
     x, cos, sin = (_contiguous_aligned(a) for a in (x, cos, sin))
     out = np.empty(x.shape, _F32)
     if out.size:
         LIB.trt_kv_rope_float32(
-            address(x), *x.shape, r, address(cos), address(sin), rows.ctypes.data,
+            address(x), *x.shape, r, address(cos), address(sin), address(rows),
             int(interleaved), address(out),
         )  # fmt: skip
     return out
+
+
+def bounds(a: np.ndarray) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty integer array as Python ints (one element, a decode
+    step's position: read, not reduced twice)."""
+    if a.size == 1:
+        value = int(a.reshape(-1)[0])
+        return value, value
+    return int(a.min()), int(a.max())
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -77,14 +77,15 @@ def _native_rope_fits(data: Array, cos: Array, sin: Array, positions: Array) -> 
     tables, positions within the tables): ~5x faster than NumPy's passes, the same bits.
     Anything else (an out-of-range position included) goes to the reference's RoPE."""
     p = cos.shape[0] if cos.ndim == 2 else 0
-    return (
+    if not (
         half.NATIVE
         and data.ndim == 4
         and data.dtype == cos.dtype == sin.dtype == np.float32
         and positions.size > 0
-        and -p <= int(positions.min())
-        and int(positions.max()) < p
-    )
+    ):
+        return False
+    low, high = native.bounds(positions)
+    return -p <= low and high < p
 
 
 def _cache_update(packed: bool, fast: bool) -> Kernel:
@@ -134,11 +135,15 @@ def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
         and isinstance(write_indices, np.ndarray)
         and write_indices.dtype in _INDEX_DTYPES
         and write_indices.shape == (b,)
-        and (
-            b == 0
-            or (write_indices.min() >= 0 and int(write_indices.max()) + update.shape[2] <= s_max)
-        )
+        and (b == 0 or _fits(write_indices, s_max - update.shape[2]))
     )
+
+
+def _fits(starts: Array, last: int) -> bool:
+    """Every start in ``[0, last]`` (one sequence: its element read, no reductions)."""
+    if starts.size == 1:
+        return 0 <= int(starts[0]) <= last
+    return int(starts.min()) >= 0 and int(starts.max()) <= last
 
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -148,7 +153,9 @@ def _write_rows(cache: Array, update: Array, write_indices: Array) -> Array:
     """``cache[i, :, w_i : w_i + S] = update[i]`` for checked operands (``update`` in the
     cache array's dtype); returns ``cache``."""
     s = update.shape[2]
-    if s == 1:
+    if s == 1 and len(write_indices) == 1:  # one row: a view, no index arrays
+        cache[0, :, int(write_indices[0])] = update[0, :, 0]
+    elif s == 1:
         cache[np.arange(len(write_indices)), :, write_indices] = update[:, :, 0]
     else:
         for i, start in enumerate(write_indices.tolist()):
