@@ -198,11 +198,15 @@ static void pool_after_fork(void) { /* the child has none of the parent's worker
     pool.started = 0;
 }
 
-/* fn(arg, lo, hi) over [0, n) in parts of whole units, on up to threads threads (this one
- * included); alone when threads <= 1, when n holds one unit, or while another call runs. */
-static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t threads) {
-    size_t units = (n + unit - 1) / unit;
-    size_t parts = threads < units ? threads : units;
+/* fn(arg, lo, hi) over [0, n) on up to threads threads (this one included): as many parts
+ * as n holds of least rows, rounded up, each as even as whole units allow (a [576, 576]
+ * block product in two parts of 288 rows, not 464 and 112); alone when threads <= 1, when n
+ * is at most least rows, or while another call runs. */
+static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t least,
+                     size_t threads) {
+    size_t units = (n + unit - 1) / unit, most = (n + least - 1) / least;
+    size_t parts = threads < most ? threads : most;
+    if (parts > units) parts = units;
     if (parts > MAX_THREADS) parts = MAX_THREADS;
     if (parts <= 1 || pthread_mutex_trylock(&pool.call)) {
         fn(arg, 0, n);
@@ -346,7 +350,7 @@ F16C static inline float one_float32(float f) { return f; }
     F16C void trt_kv_product_##NAME(const T *w, size_t n, size_t k, const float *x,          \
                                     size_t rows, float *out, size_t threads) {                \
         dense_job j = {w, n, k, x, rows, out, NULL, 0};                                       \
-        parallel(product_part_##NAME, &j, n, part_rows(k, 16), threads);                      \
+        parallel(product_part_##NAME, &j, n, 16, part_rows(k, 16), threads);                   \
     }
 
 PRODUCT(uint16_t, float16)
@@ -546,7 +550,7 @@ F16C static inline const float *as_float32_float16(const uint16_t *w, size_t cou
         free(probe);                                                                           \
         pack_panels(x, rows, k, packed, panels);                                               \
         dense_job j = {w, n, k, x, rows, out, packed, panels};                                 \
-        parallel(KIND##_part_##NAME, &j, n, part_rows(k, WIDTH), threads);                     \
+        parallel(KIND##_part_##NAME, &j, n, WIDTH, part_rows(k, WIDTH), threads);                  \
         free(packed);                                                                          \
         return 0;                                                                              \
     }
@@ -853,6 +857,11 @@ F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, si
  * (d * code + o, gguf's own float32 values) into a block and multiplied like a float32 weight
  * by the panel product above. Both split the weight rows (N) across threads, never K.
  */
+/* Bytes of codes fetched ahead of the few-rows block product: its arithmetic per byte is high
+ * enough that the prefetcher alone leaves it waiting on memory (2-core Intel Xeon VM, 30
+ * matrices of [3072, 576] Q4_1 from DRAM, one row: ~435 -> ~300 us a product at 2048; 512
+ * and 4096 slower). */
+#define BLOCK_AHEAD 2048
 /* -- the block products -------------------------------------------------------------------- */
 typedef struct {
     const uint8_t *codes;
@@ -931,6 +940,7 @@ F16C static inline __attribute__((always_inline)) void block_row(const blocks_jo
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     for (size_t g = 0; g < k / 32; g++, p += bytes) {
         __m256 w0, w1, w2, w3;
+        if (bytes == 32 || !(g & 1)) _mm_prefetch((const char *)(p + BLOCK_AHEAD), _MM_HINT_T0);
         if (j->bits == 4) {
             w0 = nibbles8(p, 0), w1 = nibbles8(p + 8, 0), w2 = nibbles8(p, 1);
             w3 = nibbles8(p + 8, 1);
@@ -1016,6 +1026,8 @@ WIDE static inline __attribute__((always_inline)) void block_row_wide(
     for (int i = 0; i < nx; i++) acc[i] = odd[i] = _mm512_setzero_ps();
     size_t g = 0;
     for (; g + 2 <= groups; g += 2, p += 2 * bytes) {
+        _mm_prefetch((const char *)(p + BLOCK_AHEAD), _MM_HINT_T0);
+        if (bytes == 32) _mm_prefetch((const char *)(p + BLOCK_AHEAD + 32), _MM_HINT_T0);
         group_wide(j, p, g, d, x, acc, nx);
         group_wide(j, p + bytes, g + 1, d, x, odd, nx);
     }
@@ -1089,7 +1101,7 @@ F16C int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t 
     float *sums = NULL;
     if ((offsets || bits == 4) && !(sums = block_sums(x, rows, k, block))) return -1;
     j.sums = sums;
-    parallel(wide ? block_rows_wide : block_rows, &j, n, part_rows(k / 4, 16), threads);
+    parallel(wide ? block_rows_wide : block_rows, &j, n, 16, part_rows(k / 4, 16), threads);
     free(sums);
     return 0;
 }
@@ -1151,7 +1163,7 @@ F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k
     pack_panels(x, rows, k, packed, panels);
     blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, packed, panels};
     size_t unit = wide ? WIDE_W : PANEL_W;
-    parallel(wide ? block_panels_wide : block_panels, &j, n, part_rows(k, unit), threads);
+    parallel(wide ? block_panels_wide : block_panels, &j, n, unit, part_rows(k, unit), threads);
     free(packed);
     return 0;
 }
