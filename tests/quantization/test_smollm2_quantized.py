@@ -1,9 +1,11 @@
 """The real default model with its weights kept quantized (``weight_format="keep"``): its
-210 Q4_1 matrices as INT4 blocks with minimums. Oracles: gguf's own dequantization for the
+210 Q4_1 matrices as INT4 blocks with minimums, and the Q8_0 embedding its tied head reads as
+INT8 blocks. Oracles: gguf's own dequantization for the
 stored blocks, the float16-weight network for the logits, Hugging Face's greedy ids for the
 two prompts (24 tokens), and the same answer printed by ``trt-kv generate --weights keep``
 from a TensorRT-RTX engine run on the emulated device."""
 
+import gc
 import json
 
 import numpy as np
@@ -85,12 +87,31 @@ def test_kept_logits_equal_the_float_weights_within_rounding(smollm2):
 
 def test_kept_weights_greedy_ids_equal_hugging_face(smollm2):
     """Through the fused block products (counted: 4 calls a layer and step, Q/K/V and
-    gate/up stacked)."""
+    gate/up stacked, plus the tied head's Q8_0 blocks)."""
     session = Session(InterpreterBackend(_network(smollm2, "float16", "keep", max_batch=2)))
     prompts = [CHAT_PROMPT_IDS, PLAIN_PROMPT_IDS]
     before = sum(blocks.COUNTS.values())
     assert generate(session, prompts, 24).ids == [CHAT_IDS, PLAIN_IDS]
-    assert sum(blocks.COUNTS.values()) - before >= 4 * smollm2.config.num_hidden_layers * 24
+    assert sum(blocks.COUNTS.values()) - before >= (4 * smollm2.config.num_hidden_layers + 1) * 24
+
+
+def test_the_tied_head_multiplies_the_q8_0_blocks_and_the_embedding_is_held_once(smollm2):
+    """With ``keep`` the network gathers from the Q8_0 embedding's dequantized table (gguf's
+    values: ``test_kept_matrices_dequantize_bit_for_bit_as_gguf``) and the tied head
+    multiplies its blocks as stored: the plan holds the ``[V, D]`` codes 8 bits wide, one
+    byte a weight, and the network holds no float matrix."""
+    before = {id(o) for o in gc.get_objects() if isinstance(o, blocks.BlockWeight)}
+    net = _network(smollm2, "float16", "keep")
+    plan = compile_network(net.network)
+    held = [
+        o for o in gc.get_objects() if isinstance(o, blocks.BlockWeight) and id(o) not in before
+    ]
+    shape = (smollm2.config.vocab_size, smollm2.config.hidden_size)
+    [head] = [w for w in held if w.shape == shape]
+    assert (head.bits, head.block, head.offsets) == (8, 32, None)
+    assert head.codes.nbytes == shape[0] * shape[1]
+    assert net.weight_storage["activation_dtype"]["matrices"] == []
+    del plan
 
 
 def test_generate_weights_keep_prints_todays_answer_from_a_quantized_engine(tmp_path, capsys):
@@ -102,6 +123,6 @@ def test_generate_weights_keep_prints_todays_answer_from_a_quantized_engine(tmp_
     [engine] = tmp_path.glob("*-weights_keep*.engine")
     sidecar = json.loads(engine.with_suffix(".engine.json").read_text())
     weights = sidecar["metadata"]["weights"]
-    assert weights["quantized"] == {"Q4_1 -> int4 block 32 + mins": 210}
-    assert weights["exact"] == ["Q4_1"] and weights["requantized"]["count"] == 0
-    assert weights["activation_dtype"]["matrices"] == ["model.embed_tokens.weight"]
+    assert weights["quantized"] == {"Q4_1 -> int4 block 32 + mins": 210, "Q8_0 -> int8 block 32": 1}
+    assert weights["exact"] == ["Q4_1", "Q8_0"] and weights["requantized"]["count"] == 0
+    assert weights["activation_dtype"]["matrices"] == []

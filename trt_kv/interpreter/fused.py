@@ -87,6 +87,17 @@ class _Graph:
             return None
         return p if len(self.readers.get(t.name, [])) == 1 else None
 
+    def weight_reader(self, layer: object) -> object | None:
+        """The one product reading ``layer``'s output as its transposed matrix (input 1):
+        ``x @ W^T``; other layers may read it too. None where there is none or several."""
+        name = layer.get_output(0).name
+        found = [
+            r
+            for r in self.readers.get(name, [])
+            if _product_of_transposed(r) and r.get_input(1).name == name
+        ]
+        return found[0] if len(found) == 1 else None
+
     def only_reader(self, layer: object) -> object | None:
         name = layer.get_output(0).name
         readers = self.readers.get(name, [])
@@ -112,14 +123,15 @@ def find(network: object) -> list[Match]:
         if deq.type != _L.DEQUANTIZE or deq.axis != 1 or deq.num_inputs > 2:
             continue
         codes, scales = g.source(deq, 0, _L.CONSTANT), g.source(deq, 1, _L.CONSTANT)
-        product = g.only_reader(deq)
-        if codes is None or scales is None or not _product_of_transposed(product):
+        product = g.weight_reader(deq)
+        if codes is None or scales is None or product is None:
             continue
         shape, blocks = tuple(codes.shape), tuple(scales.shape)
         x = product.get_input(0).name
         if len(shape) != 2 or len(blocks) != 2 or len(tuple(product.get_input(0).shape)) != 2:
             continue
-        replaced = {deq.name, product.name}
+        # a table others read too (a tied embedding's gather) stays, folded as before
+        replaced = {product.name} | ({deq.name} if g.only_reader(deq) else set())
         bits = 4 if codes.get_output(0).dtype == trt.int4 else 8
         chain = _offsets_chain(g, product, x, (blocks[1], shape[1] // max(blocks[1], 1)))
         out, offsets = product, None

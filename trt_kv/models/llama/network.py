@@ -58,6 +58,7 @@ from trt_kv.models.llama.norm_mlp import gated_mlp, rms_norm
 from trt_kv.models.llama.rope import long_rope_after
 from trt_kv.models.llama.rope_layers import Rope, add_rope, apply_rope, check_table_memory
 from trt_kv.models.llama.weights import (
+    EMBED,
     LayerWeights,
     LlamaWeights,
     check_weights,
@@ -68,7 +69,7 @@ from trt_kv.models.llama.weights import (
 from trt_kv.models.llama.window import window_masks
 from trt_kv.progress import track
 from trt_kv.quantization import QuantizedMatrix
-from trt_kv.quantization.network import QuantizedWeight
+from trt_kv.quantization.network import QuantizedWeight, dequantized
 from trt_kv.quantization.storage import check_held_range, check_weight_format, weight_storage
 
 LOGITS = "logits"
@@ -202,8 +203,9 @@ def build_llama_network(
             ``"int4"``: each product's matrix quantized at build time (symmetric per 32
             weights: lossy); ``"keep"``: each matrix the checkpoint stores quantized (GGUF)
             kept so, as INT8/INT4 with its block scales (see
-            :func:`~trt_kv.models.llama.weights.quantized_matrices`). The embedding and the
-            norms stay in ``dtype``; the metadata's ``weights`` says how each is held.
+            :func:`~trt_kv.models.llama.weights.quantized_matrices`). The norms stay in
+            ``dtype``, and so does the embedding unless a tied head reads its quantized
+            blocks; the metadata's ``weights`` says how each is held.
         device_top_k: 0: logits only; k >= 1: the network also picks the next token's k
             best candidates (:meth:`~trt_kv.models.layers.graph.Graph.logits`); None (the
             default): 1, or 0 with ``all_logits``
@@ -231,7 +233,7 @@ def build_llama_network(
         raise ArgumentError(mismatch("routes", "a Routes or None", "", repr(routes)))
     weight_format = check_weight_format(weight_format, dtype)
     check_weights(weights, config)
-    quantized = quantized_matrices(weights, weight_format)
+    quantized = quantized_matrices(weights, weight_format, dtype)
     tensors = to_hf_tensors(weights)
     check_held_range(tensors.items(), quantized, dtype)
     chosen = resolve_routes(routes)
@@ -256,7 +258,8 @@ def build_llama_network(
     rope = add_rope(g, chosen.rope, cfg, step.position_ids, max_seq_len, rope_lengths)
     shared = _Shared(chosen, rope, step.masks, window, step.caches, quantized)
 
-    embed = g.const(weights.embed)  # [V, D]
+    # [V, D]: kept quantized only with a tied head, which then multiplies the blocks
+    embed = dequantized(g, quantized[EMBED]) if EMBED in quantized else g.const(weights.embed)
     x = g.gather(embed, step.input_ids, 0)  # [B, S, D]
     if cfg.embed_scale:  # sqrt(D) rounded to the compute dtype first, as Hugging Face does
         x = g.mul(x, g.const(np.full((1, 1, 1), cfg.hidden_size**0.5)))

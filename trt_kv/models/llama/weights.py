@@ -312,21 +312,27 @@ def layer_name(i: int, key: str) -> str:
     return f"model.layers.{i}.{_LAYER_NAMES[key]}"
 
 
-def quantized_matrices(weights: LlamaWeights, fmt: str | None) -> dict[str, QuantizedMatrix]:
+EMBED = "model.embed_tokens.weight"
+
+
+def quantized_matrices(
+    weights: LlamaWeights, fmt: str | None, dtype: str = "float16"
+) -> dict[str, QuantizedMatrix]:
     """Hugging Face name -> the quantized form an engine holds for each product's matrix
-    (the projections and an untied LM head; never the embedding, which the network gathers
-    from): ``"keep"`` the checkpoint's own (``weights.quantized``; float matrices stay
-    float), ``"int8"`` / ``"int4"`` every matrix quantized symmetric per 32 (from its float
-    values: lossy), None none. Matrices whose K is not a multiple of 32 stay float."""
+    (the projections and an untied LM head): ``"keep"`` the checkpoint's own
+    (``weights.quantized``; float matrices stay float), ``"int8"`` / ``"int4"`` every matrix
+    quantized symmetric per 32 (from its float values: lossy), None none. Matrices whose K
+    is not a multiple of 32 stay float. The embedding only with ``"keep"``, a head tied to
+    it and ``dtype`` float16 or float32 (which hold a GGUF block scale exactly): the network
+    gathers from its dequantized table, the same values as the float one, and the head
+    multiplies its blocks as stored, as llama.cpp reads a tied Q8_0 head."""
     if fmt is None:
         return {}
-    matrices = {
-        k: a
-        for k, a in to_hf_tensors(weights).items()
-        if a.ndim == 2 and k != "model.embed_tokens.weight"
-    }
+    matrices = {k: a for k, a in to_hf_tensors(weights).items() if a.ndim == 2 and k != EMBED}
     if fmt == "keep":
-        return {k: weights.quantized[k] for k in matrices if k in weights.quantized}
+        tied = weights.lm_head is None and dtype in ("float16", "float32")
+        names = [*matrices, *([EMBED] if tied else [])]
+        return {k: weights.quantized[k] for k in names if k in weights.quantized}
     bits = int(fmt.removeprefix("int"))
     return {
         k: quantize_symmetric(a, bits)
