@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 10 /* change with any signature in this file */
+#define SIGNATURES 11 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -1168,6 +1168,85 @@ F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k
     return 0;
 }
 
+
+/* -- element-wise chains run as one call (trt_kv/interpreter/chains.py) ----------------------
+ * Each keeps the network's arithmetic: every operation rounded to float32 as NumPy rounds it
+ * (no fused multiply-add: CHAIN functions are compiled without contraction), each float16
+ * boundary rounded where the network declares it, so the values are those of the layers run
+ * one by one. */
+#define CHAIN __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+
+/* NumPy's pairwise sum of n float32 (its add.reduce over a contiguous axis), in its order:
+ * under 8 one by one from -0; up to 128 eight running sums, combined in pairs, then the tail;
+ * more: the halves (the first a multiple of 8) summed apart, then added. */
+CHAIN static float pairwise_sum(const float *a, size_t n) {
+    if (n < 8) {
+        float res = -0.0f;
+        for (size_t i = 0; i < n; i++) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        __m256 acc = _mm256_loadu_ps(a); /* r[j], lane j */
+        size_t i = 8;
+        for (; i < n - (n % 8); i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(a + i));
+        float r[8];
+        _mm256_storeu_ps(r, acc);
+        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    size_t half = n / 2;
+    half -= half % 8;
+    return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
+/* RMSNorm of the rows of x [rows, d] into out (may not be x), as the network's layers compute
+ * it: s = x * x; mean = sum(s) / d (NumPy's pairwise sum, the quotient in float64 rounded
+ * once, as np.mean); r = sqrt(mean + eps); y = x / r, rounded to float16 when round_normed;
+ * times w [d] (NULL: none), rounded to float16 when round_out. scratch: d floats. */
+CHAIN void trt_kv_rms_norm(const float *x, size_t rows, size_t d, float eps, const float *w,
+                           int round_normed, int round_out, float *out, float *scratch) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *o = out + r * d;
+        size_t i = 0;
+        for (; i + 8 <= d; i += 8) {
+            __m256 v = _mm256_loadu_ps(xr + i);
+            _mm256_storeu_ps(scratch + i, _mm256_mul_ps(v, v));
+        }
+        for (; i < d; i++) scratch[i] = xr[i] * xr[i];
+        float mean = (float)((double)pairwise_sum(scratch, d) / (double)d);
+        float rms = sqrtf(mean + eps);
+        const __m256 by = _mm256_set1_ps(rms);
+        for (i = 0; i + 8 <= d; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), by));
+        for (; i < d; i++) o[i] = xr[i] / rms;
+        if (round_normed) trt_kv_round_float16(o, o, d);
+        if (!w) continue;
+        for (i = 0; i + 8 <= d; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), _mm256_loadu_ps(w + i)));
+        for (; i < d; i++) o[i] = o[i] * w[i];
+        if (round_out) trt_kv_round_float16(o, o, d);
+    }
+}
+
+/* SwiGLU of gate and up [n] into out (may not be either): s = sigmoid(gate) (the helper's,
+ * trt_kv_sigmoid_float32), a = gate * s, out = a * up, each rounded to float16 where its
+ * flag (bit 0: s, bit 1: a, bit 2: out) says. */
+CHAIN void trt_kv_swiglu(const float *gate, const float *up, size_t n, int rounded, float *out) {
+    trt_kv_sigmoid_float32(gate, out, n);
+    if (rounded & 1) trt_kv_round_float16(out, out, n);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(out + i)));
+    for (; i < n; i++) out[i] = gate[i] * out[i];
+    if (rounded & 2) trt_kv_round_float16(out, out, n);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(out + i), _mm256_loadu_ps(up + i)));
+    for (; i < n; i++) out[i] = out[i] * up[i];
+    if (rounded & 4) trt_kv_round_float16(out, out, n);
+}
+
 #else /* another processor or compiler: half.py keeps its NumPy recipes */
 
 int trt_kv_native_ready(void) { return 0; }
@@ -1248,6 +1327,17 @@ int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, siz
                          size_t rows, float *out, size_t threads, int wide) {
     return trt_kv_blocks_product(codes, bits, n, k, block, scales, offsets, x, rows, out,
                                  threads, wide);
+}
+
+
+void trt_kv_rms_norm(const float *x, size_t rows, size_t d, float eps, const float *w,
+                     int round_normed, int round_out, float *out, float *scratch) {
+    (void)x, (void)rows, (void)d, (void)eps, (void)w, (void)round_normed, (void)round_out;
+    (void)out, (void)scratch;
+}
+
+void trt_kv_swiglu(const float *gate, const float *up, size_t n, int rounded, float *out) {
+    (void)gate, (void)up, (void)n, (void)rounded, (void)out;
 }
 
 #endif

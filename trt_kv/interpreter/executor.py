@@ -27,6 +27,7 @@ from trt_kv.errors import (
     mismatch,
 )
 from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
+    chains,
     elementwise,
     fused,
     linalg,
@@ -161,6 +162,7 @@ class Plan:
         ]
         if fast:
             steps = fused.apply(steps, fused.find(network))
+            steps = chains.apply(steps, chains.find(network), compute)
             steps = fold_constants(steps, compute, self._dtypes, set(self.output_names))
             keep_float16_weights(steps)
             fuse_shared_products(steps)

@@ -26,19 +26,9 @@ from trt_kv._trt import trt
 from trt_kv.errors import TrtKvError
 from trt_kv.interpreter import products
 from trt_kv.interpreter.blocks import BlockWeight
+from trt_kv.interpreter.graph import L as _L
+from trt_kv.interpreter.graph import LayerGraph, product_of_transposed
 from trt_kv.interpreter.registry import Kernel
-
-_L = trt.LayerType
-_CLASSES = {
-    _L.CONSTANT: trt.IConstantLayer,
-    _L.DEQUANTIZE: trt.IDequantizeLayer,
-    _L.MATRIX_MULTIPLY: trt.IMatrixMultiplyLayer,
-    _L.ELEMENTWISE: trt.IElementWiseLayer,
-    _L.SHUFFLE: trt.IShuffleLayer,
-    _L.REDUCE: trt.IReduceLayer,
-    _L.CAST: trt.ICastLayer,
-    _L.SLICE: trt.ISliceLayer,
-}
 
 
 @dataclass(frozen=True)
@@ -57,65 +47,9 @@ class Match:
     replaced: frozenset[str]
 
 
-class _Graph:
-    """A network's layers (downcast), each tensor's producer and readers."""
-
-    def __init__(self, network: object) -> None:
-        self.layers = {}
-        self.producer: dict[str, object] = {}
-        self.readers: dict[str, list[object]] = {}
-        for i in range(network.num_layers):
-            layer = network.get_layer(i)
-            if layer.type in _CLASSES:
-                layer.__class__ = _CLASSES[layer.type]
-            self.layers[layer.name] = layer
-            for j in range(layer.num_outputs):
-                self.producer[layer.get_output(j).name] = layer
-            for j in range(layer.num_inputs):
-                t = layer.get_input(j)
-                if t is not None:
-                    self.readers.setdefault(t.name, []).append(layer)
-        self.outputs = {network.get_output(i).name for i in range(network.num_outputs)}
-        self.unique = len(self.layers) == network.num_layers
-
-    def source(self, layer: object, j: int, kind: object) -> object | None:
-        """The producer of ``layer``'s input ``j`` where it is a ``kind`` layer whose output
-        only ``layer`` reads (and no network output), else None."""
-        t = layer.get_input(j) if j < layer.num_inputs else None
-        p = None if t is None else self.producer.get(t.name)
-        if p is None or p.type != kind or t.name in self.outputs:
-            return None
-        return p if len(self.readers.get(t.name, [])) == 1 else None
-
-    def weight_reader(self, layer: object) -> object | None:
-        """The one product reading ``layer``'s output as its transposed matrix (input 1):
-        ``x @ W^T``; other layers may read it too. None where there is none or several."""
-        name = layer.get_output(0).name
-        found = [
-            r
-            for r in self.readers.get(name, [])
-            if _product_of_transposed(r) and r.get_input(1).name == name
-        ]
-        return found[0] if len(found) == 1 else None
-
-    def only_reader(self, layer: object) -> object | None:
-        name = layer.get_output(0).name
-        readers = self.readers.get(name, [])
-        return readers[0] if len(readers) == 1 and name not in self.outputs else None
-
-
-def _product_of_transposed(layer: object | None) -> bool:
-    m = trt.MatrixOperation
-    return (
-        layer is not None
-        and layer.type == _L.MATRIX_MULTIPLY
-        and (layer.op0, layer.op1) == (m.NONE, m.TRANSPOSE)
-    )
-
-
 def find(network: object) -> list[Match]:
     """The quantized products of ``network`` (see the module), in layer order."""
-    g = _Graph(network)
+    g = LayerGraph(network)
     if not g.unique:  # steps are named by layer: names must tell layers apart
         return []
     found = []
@@ -149,7 +83,7 @@ def find(network: object) -> list[Match]:
 
 
 def _offsets_chain(
-    g: _Graph, product: object, x: str, blocks: tuple[int, int]
+    g: LayerGraph, product: object, x: str, blocks: tuple[int, int]
 ) -> tuple[object, object, set[str]] | None:
     """``(the sum, the offsets' constant, the chain's layers)`` where ``product``'s output is
     added to ``sums @ offsets^T`` with ``sums`` = ``x`` summed per block, else None.
@@ -159,7 +93,7 @@ def _offsets_chain(
         return None
     other = 1 if add.get_input(0).name == product.get_output(0).name else 0
     second = g.source(add, other, _L.MATRIX_MULTIPLY)
-    if not _product_of_transposed(second):
+    if not product_of_transposed(second):
         return None
     offsets = g.source(second, 1, _L.CONSTANT)
     if offsets is None or tuple(offsets.shape)[1:] != blocks[:1]:
@@ -193,7 +127,7 @@ def _offsets_chain(
 
 
 def _flattened(
-    g: _Graph, out: object, x: str, replaced: set[str]
+    g: LayerGraph, out: object, x: str, replaced: set[str]
 ) -> tuple[object, str, str, set[str]] | None:
     """For a rank-3 input: ``(the reshape back, the flattening layer, its input, the layers of
     both)`` where ``x`` is a ``[-1, K]`` reshape of an input ``X`` that only the replaced layers

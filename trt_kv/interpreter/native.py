@@ -23,7 +23,7 @@ import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 
-SIGNATURES = 10  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 11  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -120,7 +120,7 @@ def expect_dtype(name: str, a: np.ndarray, dtype: np.dtype) -> None:
         raise DTypeError(mismatch(name, "dtype", dtype.str, a.dtype.str))
 
 
-def _contiguous_aligned(a: np.ndarray) -> np.ndarray:
+def contiguous_aligned(a: np.ndarray) -> np.ndarray:
     """``a`` itself when C-contiguous and aligned (the usual case), else an aligned copy
     (``np.require(a, requirements="CA")`` does the same at ~25x the cost of this check)."""
     a = np.ascontiguousarray(a)
@@ -148,7 +148,7 @@ def widen(h: np.ndarray) -> np.ndarray:
         return h.astype(np.float32)
     runs = strided_runs(h) if h.flags.aligned else None
     if runs is None or runs[2] < _MIN_RUN:
-        h = _contiguous_aligned(h)
+        h = contiguous_aligned(h)
         runs = (1, 0, h.size)
     out = np.empty(h.shape, np.float32)
     LIB.trt_kv_widen_float16(address(h), *runs, address(out))
@@ -161,7 +161,7 @@ def round_float16(x: np.ndarray) -> np.ndarray:
     if x.size < _SMALL:
         with np.errstate(over="ignore"):
             return x.astype(np.float16).astype(np.float32)
-    x = _contiguous_aligned(x)
+    x = contiguous_aligned(x)
     out = np.empty(x.shape, np.float32)
     LIB.trt_kv_round_float16(address(x), address(out), x.size)
     return out
@@ -191,7 +191,7 @@ def _operands(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
         raise DTypeError(mismatch("w", "dtype", "float16 or float32", w.dtype.str))
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
         raise ShapeError(mismatch("x, w", "[M, K] and [N, K]", "", f"{x.shape} and {w.shape}"))
-    return _contiguous_aligned(x), _contiguous_aligned(w), np.empty((x.shape[0], w.shape[0]), _F32)
+    return contiguous_aligned(x), contiguous_aligned(w), np.empty((x.shape[0], w.shape[0]), _F32)
 
 
 def product(x: np.ndarray, w: np.ndarray, threads: int = 1) -> np.ndarray:
@@ -278,13 +278,13 @@ def attention(
         raise ShapeError(
             mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
         ) from None
-    q, keep = _contiguous_aligned(q), np.ascontiguousarray(keep).view(np.uint8)
+    q, keep = contiguous_aligned(q), np.ascontiguousarray(keep).view(np.uint8)
     if (
         k.strides != v.strides
         or k.strides[3] != k.itemsize
         or not (k.flags.aligned and v.flags.aligned)
     ):
-        k, v = _contiguous_aligned(k), _contiguous_aligned(v)
+        k, v = contiguous_aligned(k), contiguous_aligned(v)
     strides = (ctypes.c_size_t * 3)(*(s // k.itemsize for s in k.strides[:3]))
     out = np.empty(q.shape, _F32)
     if out.size and LIB.trt_kv_attention_float32(
@@ -328,7 +328,7 @@ def rope(
         raise ShapeError(mismatch("positions", "in", f"[-{p}, {p})", (low, high)))
     rows = positions if low >= 0 else np.where(positions < 0, positions + p, positions)
     rows = np.ascontiguousarray(rows, np.int64)
-    x, cos, sin = (_contiguous_aligned(a) for a in (x, cos, sin))
+    x, cos, sin = (contiguous_aligned(a) for a in (x, cos, sin))
     out = np.empty(x.shape, _F32)
     if out.size:
         LIB.trt_kv_rope_float32(
@@ -352,7 +352,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     helper's ``exp``, then one rounded addition and one division; NumPy's form is within 4):
     one pass instead of four. NaN stays NaN; ``x < -88`` gives the limit 0."""
     expect_dtype("x", x, _F32)
-    x = _contiguous_aligned(x)
+    x = contiguous_aligned(x)
     out = np.empty(x.shape, _F32)
     if out.size:
         LIB.trt_kv_sigmoid_float32(address(x), address(out), x.size)
@@ -382,7 +382,7 @@ def block_product(
         MemoryError: no memory for the call's scratch; nothing is computed.
     """
     expect_dtype("x", x, _F32)
-    x = _contiguous_aligned(x)
+    x = contiguous_aligned(x)
     n, k = scales.shape[0], x.shape[1]
     out = np.empty((x.shape[0], n), _F32)
     if out.size:

@@ -1,0 +1,284 @@
+"""A fast plan's element-wise chains, each run as one call of the compiled helper.
+
+A decoder layer runs two chains of small layers on every token, each ~8 steps of a NumPy call
+and a float16 rounding when run one by one (~60 us a chain in a decode step):
+
+- **RMSNorm** as a network states it (``trt_kv.models.llama.norm_mlp.rms_norm``): ``X`` (``x``
+  cast to float32), ``X * X``, AVG over the last axis (kept), ``+ eps``, SQRT, ``X / r``, then
+  optionally a cast to the activation dtype and ``* weight`` (a constant ``[1, .., 1, D]``);
+- **SwiGLU**: SIGMOID of ``gate``, ``gate * s``, ``* up``.
+
+:func:`find` recognises them in a network, :func:`apply` replaces their steps by one step
+(:func:`rms_norm`, :func:`swiglu`):
+the same float32 operations in the same order (the mean as NumPy's pairwise sum divided in
+float64, as ``np.mean``), each float16 boundary rounded where the network declares it. The
+values are those of the steps run one by one, within one float16 rounding where NumPy's sum
+order or its ``exp`` (SwiGLU's SIGMOID takes the helper's, as a fast plan does from 4096
+elements) differ. Only in a float32 plan with the helper built, and only where every tensor
+inside the chain is read by the chain alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import Counter
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from trt_kv._trt import trt
+from trt_kv.errors import ShapeError, mismatch
+from trt_kv.interpreter import half, native
+from trt_kv.interpreter.graph import L, LayerGraph
+from trt_kv.interpreter.program import identity
+from trt_kv.interpreter.registry import Kernel
+
+_EW = trt.ElementWiseOperation
+COUNTS: Counter[str] = Counter()  # chains run, by kind
+_ROUNDS = {trt.DataType.HALF: True, trt.DataType.FLOAT: False}  # float16 boundary or none
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One chain: its kind, the layer whose output it gives, where its inputs come from
+    (layer, input index: that step's input and cast flag), its constants' layers (None:
+    absent), which results it rounds to float16 (bit flags, see the helper), and the layers it
+    replaces."""
+
+    kind: str  # "rms_norm" or "swiglu"
+    output_layer: str
+    sources: tuple[tuple[str, int], ...]
+    constants: tuple[str | None, ...]
+    rounded: int
+    replaced: frozenset[str]
+    width: int = 0  # D, the last axis RMSNorm reduces (static)
+
+
+def find(network: object) -> list[Chain]:
+    """The chains of ``network`` (see the module), in layer order."""
+    g = LayerGraph(network)
+    if not g.unique:
+        return []
+    found = []
+    for layer in list(g.layers.values()):
+        chain = _rms_norm(g, layer) or _swiglu(g, layer)
+        if chain is not None:
+            found.append(chain)
+    return found
+
+
+def _is(layer: object | None, op: object) -> bool:
+    return layer is not None and layer.type == L.ELEMENTWISE and layer.op == op
+
+
+def _float(*layers: object) -> bool:
+    return all(layer.get_output(0).dtype == trt.DataType.FLOAT for layer in layers)
+
+
+def _single(shape: object) -> bool:
+    return all(d == 1 for d in tuple(shape))
+
+
+def _rms_norm(g: LayerGraph, div: object) -> Chain | None:
+    """The RMSNorm whose ``X / r`` is ``div``, else None."""
+    if not _is(div, _EW.DIV):
+        return None
+    x = div.get_input(0).name
+    sqrt = g.source(div, 1, L.UNARY)
+    if sqrt is None or sqrt.op != trt.UnaryOperation.SQRT:
+        return None
+    add = g.source(sqrt, 0, L.ELEMENTWISE)
+    if not _is(add, _EW.SUM):
+        return None
+    mean, eps = g.source(add, 0, L.REDUCE), g.source(add, 1, L.CONSTANT)
+    if mean is None or eps is None or not _single(eps.shape):
+        return None
+    square = g.source(mean, 0, L.ELEMENTWISE)
+    rank = len(tuple(div.get_input(0).shape))
+    width = tuple(div.get_input(0).shape)[-1] if rank else -1
+    if (
+        mean.op != trt.ReduceOperation.AVG
+        or not mean.keep_dims
+        or mean.axes != 1 << (rank - 1)
+        or not _is(square, _EW.PROD)
+        or (square.get_input(0).name, square.get_input(1).name) != (x, x)
+        or sorted(r.name for r in g.readers.get(x, [])) != sorted([square.name] * 2 + [div.name])
+        or x in g.outputs
+        or width < 1
+        or not _float(square, mean, add, sqrt, div)
+    ):
+        return None
+    replaced, source = {square.name, mean.name, add.name, sqrt.name, div.name}, (square.name, 0)
+    cast = g.producer.get(x)
+    if cast is not None and cast.type == L.CAST and cast.get_input(0).dtype in _ROUNDS:
+        replaced.add(cast.name)
+        source = (cast.name, 0)
+    out, rounded, weight = div, 0, None
+    after = g.only_reader(div)
+    if after is not None and after.type == L.CAST and after.to_type in _ROUNDS:
+        out, rounded = after, int(_ROUNDS[after.to_type])
+        replaced.add(after.name)
+        after = g.only_reader(after)
+    if _is(after, _EW.PROD) and after.get_output(0).dtype in _ROUNDS:
+        j = 0 if after.get_input(1).name == out.get_output(0).name else 1
+        w = g.source(after, j, L.CONSTANT)
+        shape = () if w is None else tuple(w.shape)
+        if w is not None and len(shape) == rank and shape[-1] == width and _single(shape[:-1]):
+            rounded |= 2 * _ROUNDS[after.get_output(0).dtype]
+            out, weight = after, w.name
+            replaced.add(after.name)
+    consts = (eps.name, weight)
+    replaced.discard(out.name)
+    return Chain("rms_norm", out.name, (source,), consts, rounded, frozenset(replaced), width)
+
+
+def _swiglu(g: LayerGraph, sigmoid: object) -> Chain | None:
+    """The SwiGLU whose SIGMOID is ``sigmoid``, else None."""
+    if not isinstance(sigmoid, trt.IActivationLayer):
+        return None
+    if sigmoid.type != trt.ActivationType.SIGMOID:
+        return None
+    gate = sigmoid.get_input(0).name
+    act = g.only_reader(sigmoid)
+    if not _is(act, _EW.PROD):
+        return None
+    names = (act.get_input(0).name, act.get_input(1).name)
+    s = sigmoid.get_output(0).name
+    if sorted(names) != sorted((gate, s)):
+        return None
+    out = g.only_reader(act)
+    if not _is(out, _EW.PROD):
+        return None
+    j = 0 if out.get_input(1).name == act.get_output(0).name else 1
+    readers = sorted(r.name for r in g.readers.get(gate, []))
+    dtypes = [layer.get_output(0).dtype for layer in (sigmoid, act, out)]
+    if (
+        readers != sorted([sigmoid.name, act.name])
+        or gate in g.outputs
+        or out.get_input(j).name == act.get_output(0).name
+        or any(d not in _ROUNDS for d in dtypes)
+    ):
+        return None
+    rounded = sum(_ROUNDS[d] << i for i, d in enumerate(dtypes))
+    sources = ((sigmoid.name, 0), (out.name, j))
+    return Chain("swiglu", out.name, sources, (), rounded, frozenset({sigmoid.name, act.name}))
+
+
+def apply(steps: list, chains: list[Chain], compute: np.dtype) -> list:
+    """``steps`` (a fast plan's, before its constants are folded) with each chain's layers
+    replaced by one step; none where the helper is not built or ``compute`` is not float32."""
+    if not half.NATIVE or compute != np.float32:
+        return steps
+    by_name = {step.layer: i for i, step in enumerate(steps)}
+    value = lambda name: steps[by_name[name]].kernel.fn(())  # noqa: E731 (a constant's)
+    fused, dropped = {}, set()
+    for c in chains:
+        layers = (*c.replaced, c.output_layer, *(n for n in c.constants if n is not None))
+        if not all(name in by_name for name in layers):
+            continue
+        inputs = tuple(steps[by_name[layer]].inputs[j] for layer, j in c.sources)
+        fused[c.output_layer] = (
+            inputs,
+            _kernel(c, [None if n is None else value(n) for n in c.constants]),
+        )
+        dropped |= c.replaced
+    out = []
+    for step in steps:
+        if step.layer in dropped:
+            continue
+        if step.layer in fused:
+            inputs, kernel = fused[step.layer]
+            outputs = ((step.outputs[0][0], identity),)  # rounded by the kernel itself
+            step = replace(step, kernel=kernel, inputs=inputs, outputs=outputs)
+        out.append(step)
+    return out
+
+
+def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
+    """The chain's step: the usual arrays (C-contiguous float32, the weight's width) straight
+    to the helper, with the weight's address and the scratch taken once; anything else
+    through :func:`rms_norm` / :func:`swiglu`, which check it."""
+    if c.kind == "swiglu":
+
+        def glu(x: list) -> np.ndarray:
+            COUNTS["swiglu"] += 1
+            return swiglu(x[0], x[1], c.rounded)
+
+        return Kernel(glu)
+    eps = float(np.asarray(constants[0], np.float32).reshape(()))
+    w = None if constants[1] is None else np.ascontiguousarray(constants[1], _F32).reshape(-1)
+    scratch = np.empty(c.width, _F32)
+    held = (w, scratch)  # alive as long as the step: the helper reads them by address
+    at = (0 if w is None else w.ctypes.data, scratch.ctypes.data)
+    normed, weighted, call = c.rounded & 1, c.rounded >> 1 & 1, native.LIB.trt_kv_rms_norm
+    address = native.address
+
+    def run(x: list, _held: tuple = held) -> np.ndarray:
+        COUNTS["rms_norm"] += 1
+        a = x[0]
+        if type(a) is not np.ndarray or a.dtype != _F32 or a.shape[-1:] != (c.width,):
+            return rms_norm(a, eps, w, c.rounded)
+        if not (a.flags.c_contiguous and a.flags.aligned):
+            return rms_norm(a, eps, w, c.rounded)
+        out = np.empty(a.shape, _F32)
+        if a.size:
+            rows = a.size // c.width
+            call(address(a), rows, c.width, eps, at[0], normed, weighted, address(out), at[1])
+        return out
+
+    return Kernel(run)
+
+
+_F32 = np.dtype(np.float32)
+if native.LIB is not None:
+    _P, _N, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+    native.LIB.trt_kv_rms_norm.argtypes = [_P, _N, _N, ctypes.c_float, _P, _I, _I, _P, _P]
+    native.LIB.trt_kv_swiglu.argtypes = [_P, _P, _N, _I, _P]
+    native.LIB.trt_kv_rms_norm.restype = native.LIB.trt_kv_swiglu.restype = None
+
+
+def rms_norm(x: np.ndarray, eps: float, w: np.ndarray | None, rounded: int) -> np.ndarray:
+    """The RMSNorm chain of float32 ``x [..., D]`` over its last axis with float32 ``w [D]``
+    (None: no weight), rounding the normalized rows (``rounded`` bit 0) and the result (bit
+    1) to float16, through the helper (built: see :data:`~trt_kv.interpreter.half.NATIVE`).
+
+    Raises:
+        DTypeError: x or w not float32. ShapeError: w not ``[D]``.
+    """
+    native.expect_dtype("x", x, _F32)
+    d = x.shape[-1] if x.ndim else 0
+    if w is not None:
+        native.expect_dtype("w", w, _F32)
+        if w.shape != (d,):
+            raise ShapeError(mismatch("w", "shape", (d,), w.shape))
+    x = native.contiguous_aligned(x)
+    out = np.empty(x.shape, _F32)
+    if out.size:
+        scratch = np.empty(d, _F32)
+        where = 0 if w is None else native.address(w)
+        native.LIB.trt_kv_rms_norm(
+            native.address(x), x.size // d, d, eps, where, rounded & 1, rounded >> 1 & 1,
+            native.address(out), native.address(scratch),
+        )  # fmt: skip
+    return out
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray, rounded: int) -> np.ndarray:
+    """``gate * sigmoid(gate) * up`` of float32 arrays (broadcast to one shape), the sigmoid
+    (``rounded`` bit 0), ``gate * s`` (bit 1) and the result (bit 2) rounded to float16 where
+    the flags say, through the helper.
+
+    Raises:
+        DTypeError: gate or up not float32.
+    """
+    native.expect_dtype("gate", gate, _F32)
+    native.expect_dtype("up", up, _F32)
+    if gate.shape != up.shape:
+        gate, up = np.broadcast_arrays(gate, up)
+    gate, up = native.contiguous_aligned(gate), native.contiguous_aligned(up)
+    out = np.empty(gate.shape, _F32)
+    if out.size:
+        native.LIB.trt_kv_swiglu(
+            native.address(gate), native.address(up), out.size, rounded, native.address(out)
+        )
+    return out
