@@ -28,6 +28,7 @@ from trt_kv.interpreter import products
 from trt_kv.interpreter.blocks import BlockWeight
 from trt_kv.interpreter.graph import L as _L
 from trt_kv.interpreter.graph import LayerGraph, product_of_transposed
+from trt_kv.interpreter.program import identity
 from trt_kv.interpreter.registry import Kernel
 
 
@@ -184,54 +185,65 @@ def apply(steps: list, matches: list[Match]) -> list:
     groups: dict[str, list[str]] = {}
     for name, ((x, _), _, _) in fused.items():
         groups.setdefault(x, []).append(name)
-    runs: dict[str, Callable] = {}
+    runs: dict[str, tuple[Callable, Callable]] = {}
     for names in groups.values():
-        runs |= _group_runs([(n, fused[n][1]) for n in names])
+        runs |= _group_runs([(n, fused[n][1], fused[n][2]) for n in names])
     out = []
     for step in steps:
         if step.layer in dropped:
             continue
         if step.layer in fused:
-            x, _, rounding = fused[step.layer]
-            outputs = ((step.outputs[0][0], rounding),)
-            step = replace(step, kernel=Kernel(runs[step.layer]), inputs=(x,), outputs=outputs)
+            run, finish = runs[step.layer]
+            outputs = ((step.outputs[0][0], finish),)
+            inputs = (fused[step.layer][0],)
+            step = replace(step, kernel=Kernel(run), inputs=inputs, outputs=outputs)
         out.append(step)
     return out
 
 
-def _group_runs(members: list[tuple[str, BlockWeight]]) -> dict[str, Callable]:
-    """Each member's kernel: the members that stack (same K, bits, block, offsets or not)
-    share one product of their stacked weights, each taking its columns."""
-    runs: dict[str, Callable] = {}
+Member = tuple[str, BlockWeight, Callable]  # (output layer, weight, output rounding)
+
+
+def _group_runs(members: list[Member]) -> dict[str, tuple[Callable, Callable]]:
+    """Each member's kernel and output finisher: the members that stack (same K, bits, block,
+    offsets or not) share one product of their stacked weights, each taking its columns;
+    where they round their outputs alike (float16: one finisher), the product is rounded once
+    as a whole and each column is taken as it is."""
+    runs: dict[str, tuple[Callable, Callable]] = {}
     left = list(members)
     while left:
-        (first, w), rest = left[0], left[1:]
-        together = [(first, w)] + [(n, v) for n, v in rest if w.joins(v)]
-        left = [(n, v) for n, v in rest if not w.joins(v)]
+        (first, w, finish), rest = left[0], left[1:]
+        together = [left[0]] + [m for m in rest if w.joins(m[1])]
+        left = [m for m in rest if not w.joins(m[1])]
         if len(together) == 1:
-            runs[first] = lambda x, w=w: products.block_product(x[0], w)
+            runs[first] = (lambda x, w=w: products.block_product(x[0], w)), finish
             continue
-        shared = _Shared(w.stacked([v for _, v in together[1:]]))
+        alike = all(m[2] is finish for m in together)
+        shared = _Shared(w.stacked([v for _, v, _ in together[1:]]), finish if alike else identity)
         lo = 0
-        for name, v in together:
-            runs[name] = shared.columns(lo, lo + v.shape[0])
+        for name, v, own in together:
+            runs[name] = shared.columns(lo, lo + v.shape[0]), identity if alike else own
             lo += v.shape[0]
     return runs
 
 
 class _Shared:
-    """One product of stacked weights for the input last seen, its columns served to each
-    member (the input held and its values kept, as layout's shared products do)."""
+    """One product of stacked weights for the input last seen, rounded as its members' outputs
+    are (``finish``), its columns served to each member (the input held and its values kept,
+    as layout's shared products do)."""
 
-    def __init__(self, weight: BlockWeight) -> None:
+    def __init__(self, weight: BlockWeight, finish: Callable) -> None:
         self.weight = weight
+        self.finish = None if finish is identity else finish
         self.last: tuple[np.ndarray | None, ...] = (None, None, None)
 
     def columns(self, lo: int, hi: int) -> Callable:
         def run(x: list) -> np.ndarray:
             a, last = x[0], self.last
             if last[0] is not a or not np.array_equal(last[1], a):
-                last = self.last = (a, a.copy(), products.block_product(a, self.weight))
+                y = products.block_product(a, self.weight)
+                y = y if self.finish is None else self.finish(y)
+                last = self.last = (a, a.copy(), y)
             return last[2][..., lo:hi]
 
         return run

@@ -3,6 +3,8 @@ concatenation, gather, squeeze, unsqueeze."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from trt_kv._trt import trt
@@ -72,9 +74,9 @@ def fill(layer: object, ctx: Context) -> object:
 
 def _resolve_reshape(dims: tuple[int, ...], shape: tuple[int, ...], zero_copies: bool) -> list:
     out = [shape[i] if d == 0 and zero_copies else d for i, d in enumerate(dims)]
-    if -1 in out:
-        known = int(np.prod([d for d in out if d != -1]))
-        out[out.index(-1)] = int(np.prod(shape)) // known if known else 0
+    if -1 in out:  # math.prod: ~0.2 us where np.prod's array costs ~3 (a decode step: ~120)
+        known = math.prod(d for d in out if d != -1)
+        out[out.index(-1)] = math.prod(shape) // known if known else 0
     return out
 
 
