@@ -29,6 +29,7 @@ import numpy as np
 from trt_kv._trt import trt
 from trt_kv.errors import ShapeError, mismatch
 from trt_kv.interpreter import half, native
+from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 from trt_kv.interpreter.graph import L, LayerGraph
 from trt_kv.interpreter.program import identity
 from trt_kv.interpreter.registry import Kernel
@@ -211,7 +212,6 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
     held = (w, scratch)  # alive as long as the step: the helper reads them by address
     at = (0 if w is None else w.ctypes.data, scratch.ctypes.data)
     normed, weighted, call = c.rounded & 1, c.rounded >> 1 & 1, native.LIB.trt_kv_rms_norm
-    address = native.address
 
     def run(x: list, _held: tuple = held) -> np.ndarray:
         COUNTS["rms_norm"] += 1
@@ -245,20 +245,20 @@ def rms_norm(x: np.ndarray, eps: float, w: np.ndarray | None, rounded: int) -> n
     Raises:
         DTypeError: x or w not float32. ShapeError: w not ``[D]``.
     """
-    native.expect_dtype("x", x, _F32)
+    expect_dtype("x", x, _F32)
     d = x.shape[-1] if x.ndim else 0
     if w is not None:
-        native.expect_dtype("w", w, _F32)
+        expect_dtype("w", w, _F32)
         if w.shape != (d,):
             raise ShapeError(mismatch("w", "shape", (d,), w.shape))
-    x = native.contiguous_aligned(x)
+    x = contiguous_aligned(x)
     out = np.empty(x.shape, _F32)
     if out.size:
         scratch = np.empty(d, _F32)
-        where = 0 if w is None else native.address(w)
+        where = 0 if w is None else address(w)
         native.LIB.trt_kv_rms_norm(
-            native.address(x), x.size // d, d, eps, where, rounded & 1, rounded >> 1 & 1,
-            native.address(out), native.address(scratch),
+            address(x), x.size // d, d, eps, where, rounded & 1, rounded >> 1 & 1,
+            address(out), address(scratch),
         )  # fmt: skip
     return out
 
@@ -271,14 +271,12 @@ def swiglu(gate: np.ndarray, up: np.ndarray, rounded: int) -> np.ndarray:
     Raises:
         DTypeError: gate or up not float32.
     """
-    native.expect_dtype("gate", gate, _F32)
-    native.expect_dtype("up", up, _F32)
+    expect_dtype("gate", gate, _F32)
+    expect_dtype("up", up, _F32)
     if gate.shape != up.shape:
         gate, up = np.broadcast_arrays(gate, up)
-    gate, up = native.contiguous_aligned(gate), native.contiguous_aligned(up)
+    gate, up = contiguous_aligned(gate), contiguous_aligned(up)
     out = np.empty(gate.shape, _F32)
     if out.size:
-        native.LIB.trt_kv_swiglu(
-            native.address(gate), native.address(up), out.size, rounded, native.address(out)
-        )
+        native.LIB.trt_kv_swiglu(address(gate), address(up), out.size, rounded, address(out))
     return out

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
+from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 
 SIGNATURES = 11  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
@@ -111,33 +112,6 @@ def strided_runs(a: np.ndarray) -> tuple[int, int, int] | None:
     if stride < 0 or stride % item:
         return None
     return int(np.prod([n for n, _ in outer])), stride // item, length
-
-
-def expect_dtype(name: str, a: np.ndarray, dtype: np.dtype) -> None:
-    """DTypeError unless ``a`` holds ``dtype`` in this machine's byte order (the C code reads
-    raw memory: another type would be read as garbage, or past its end)."""
-    if a.dtype != dtype:
-        raise DTypeError(mismatch(name, "dtype", dtype.str, a.dtype.str))
-
-
-def contiguous_aligned(a: np.ndarray) -> np.ndarray:
-    """``a`` itself when C-contiguous and aligned (the usual case), else an aligned copy
-    (``np.require(a, requirements="CA")`` does the same at ~25x the cost of this check)."""
-    a = np.ascontiguousarray(a)
-    return a if a.flags.aligned else a.copy()
-
-
-_BYTE = ctypes.c_char
-
-
-def address(a: np.ndarray) -> int:
-    """The address of ``a``'s first element. Through the buffer protocol (~0.3 us) where ``a``
-    exports one (writeable, C-contiguous), else ``a.ctypes.data`` (~2 us: half the cost of a
-    decode-sized conversion, paid twice a call, when it was the only way)."""
-    try:
-        return ctypes.addressof(_BYTE.from_buffer(a))
-    except (TypeError, ValueError, BufferError):  # read-only, or not C-contiguous
-        return a.ctypes.data
 
 
 def widen(h: np.ndarray) -> np.ndarray:
@@ -387,9 +361,9 @@ def block_product(
     out = np.empty((x.shape[0], n), _F32)
     if out.size:
         fn = LIB.trt_kv_blocks_panels if panels else LIB.trt_kv_blocks_product
-        where = 0 if offsets is None else offsets.ctypes.data
+        where = 0 if offsets is None else address(offsets)
         if fn(
-            codes.ctypes.data, bits, n, k, block, scales.ctypes.data, where,
+            address(codes), bits, n, k, block, address(scales), where,
             address(x), x.shape[0], address(out), max(1, threads), int(wide and WIDE),
         ):  # fmt: skip
             raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
