@@ -26,6 +26,7 @@ from pathlib import Path
 
 from trt_kv.engine.store import BuildOptions, build_to_file, model_engine_path
 from trt_kv.models.llama import LlamaConfig, build_llama_network, random_weights, to_hf_tensors
+from trt_kv.models.llama.weights import quantized_matrices
 from trt_kv.runtime import Session
 from trt_kv.runtime.interpreter_backend import InterpreterBackend
 
@@ -178,22 +179,21 @@ def _gguf_tables(max_seq_len: int) -> None:
         rows,
     )
     by_type: dict[str, list[int]] = {}
-    quantized = model.weights.quantized
+    quantized = quantized_matrices(model.weights, "keep", "float16")  # as the network holds
     names = {t.name: t for t in GGUFReader(str(path)).tensors}
     for hf_name, array in to_hf_tensors(model.weights).items():
         kind = quantized[hf_name].source if hf_name in quantized else "F32"
         entry = by_type.setdefault(kind, [0, 0, 0])
         entry[0] += 1
         held = quantized.get(hf_name)
-        kept = held.nbytes if held is not None and hf_name != "model.embed_tokens.weight" else 0
-        entry[2] += kept or 2 * array.size
+        entry[2] += 2 * array.size if held is None else held.nbytes
     for t in names.values():
         kind = t.tensor_type.name if t.tensor_type.name in by_type else "F32"
         by_type.setdefault(kind, [0, 0, 0])[1] += int(t.n_bytes)
     _table(
         "Where the bytes go (keep): per GGUF tensor type, the file's bytes and what the "
-        "network's constants hold (INT4 codes packed, float16 scales and offsets; the "
-        "gathered embedding and the norms in float16)",
+        "network's constants hold (INT4/INT8 codes, INT4 packed, float16 scales and offsets; "
+        "the norms in float16; the Q8_0 embedding is read by the gather and the tied head)",
         ("GGUF type", "tensors", "file", "held"),
         [
             (kind, str(n), f"{f / 2**20:.1f} MiB", f"{h / 2**20:.1f} MiB")
