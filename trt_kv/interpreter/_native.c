@@ -139,7 +139,10 @@ F16C static inline float lanes_sum(__m256 v) {
 #include <stdatomic.h>
 
 /* -- a small pool of threads: a product's weight rows (N) split across them, never K, so
- * each element is the same sum whatever the count ------------------------------------------ */
+ * each element is the same sum whatever the count or whichever thread computes it ----------
+ * A call's parts are claimed from a ticket (its generation and the next part) by the caller
+ * and by every worker that wakes in time: on a busy machine, where a worker may wait for a
+ * core, the caller runs the parts nobody took instead of waiting for it. */
 typedef void (*range_fn)(void *arg, size_t lo, size_t hi);
 #define MAX_THREADS 64
 #define SPINS 20000 /* pauses a worker spins for the next call before it sleeps */
@@ -147,11 +150,12 @@ static struct {
     pthread_mutex_t call, lock; /* call: one caller at a time (others run alone) */
     pthread_cond_t wake;
     atomic_ulong generation;
-    atomic_int pending;
+    atomic_ulong ticket; /* generation << 8 | the next part to claim */
+    atomic_size_t done;  /* parts of this call finished */
     int started;
     range_fn fn;
     void *arg;
-    size_t n, unit, parts;
+    size_t n, unit, parts, threads; /* threads: those this call may run on (ids below) */
     unsigned long born[MAX_THREADS];
 } pool = {.call = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -162,6 +166,22 @@ static void part_range(size_t part, size_t *lo, size_t *hi) {
     size_t a = units * part / pool.parts, b = units * (part + 1) / pool.parts;
     *lo = a * pool.unit;
     *hi = b * pool.unit < pool.n ? b * pool.unit : pool.n;
+}
+
+/* Claim and run the parts of call g left unclaimed; none once g is over (a worker that woke
+ * late finds the ticket of a later call, or no part left). */
+static void run_parts(unsigned long g) {
+    unsigned long t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    while (t >> 8 == g && (t & 255) < pool.parts) {
+        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1,
+                                                   memory_order_acq_rel, memory_order_acquire))
+            continue; /* t holds the ticket now: try again */
+        size_t lo, hi;
+        part_range(t & 255, &lo, &hi);
+        if (lo < hi) pool.fn(pool.arg, lo, hi);
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+        t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    }
 }
 
 static void *pool_worker(void *p) {
@@ -180,12 +200,7 @@ static void *pool_worker(void *p) {
             pthread_mutex_unlock(&pool.lock);
         }
         seen = g;
-        if (id < pool.parts) {
-            size_t lo, hi;
-            part_range(id, &lo, &hi);
-            if (lo < hi) pool.fn(pool.arg, lo, hi);
-        }
-        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+        if (id < pool.threads) run_parts(g);
     }
     return NULL;
 }
@@ -198,41 +213,45 @@ static void pool_after_fork(void) { /* the child has none of the parent's worker
     pool.started = 0;
 }
 
-/* fn(arg, lo, hi) over [0, n) on up to threads threads (this one included): as many parts
- * as n holds of least rows, rounded up, each as even as whole units allow (a [576, 576]
- * block product in two parts of 288 rows, not 464 and 112); alone when threads <= 1, when n
- * is at most least rows, or while another call runs. */
+#define PARTS_A_THREAD 4 /* parts a call is cut into, per thread: the caller takes those a
+                            * worker late for a core leaves, and the threads even out */
+
+/* fn(arg, lo, hi) over [0, n) on up to threads threads (this one included): in up to
+ * PARTS_A_THREAD parts a thread, no more than n holds of least rows (rounded up), each as
+ * even as whole units allow (a [576, 576] block product in two parts of 288 rows, not 464
+ * and 112); alone when threads <= 1, when n is at most least rows, or while another call
+ * runs. */
 static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t least,
                      size_t threads) {
     size_t units = (n + unit - 1) / unit, most = (n + least - 1) / least;
-    size_t parts = threads < most ? threads : most;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    size_t parts = threads * PARTS_A_THREAD < most ? threads * PARTS_A_THREAD : most;
     if (parts > units) parts = units;
-    if (parts > MAX_THREADS) parts = MAX_THREADS;
-    if (parts <= 1 || pthread_mutex_trylock(&pool.call)) {
+    if (threads <= 1 || parts <= 1 || pthread_mutex_trylock(&pool.call)) {
         fn(arg, 0, n);
         return;
     }
     static int registered;
     if (!registered) registered = !pthread_atfork(NULL, NULL, pool_after_fork);
-    while ((size_t)pool.started + 1 < parts) {
+    while ((size_t)pool.started + 1 < threads) {
         pthread_t t;
         pool.born[pool.started + 1] = atomic_load(&pool.generation);
         if (pthread_create(&t, NULL, pool_worker, (void *)(size_t)(pool.started + 1))) break;
         pthread_detach(t);
         pool.started++;
     }
-    if ((size_t)pool.started + 1 < parts) parts = (size_t)pool.started + 1;
     pool.fn = fn, pool.arg = arg, pool.n = n, pool.unit = unit, pool.parts = parts;
-    atomic_store(&pool.pending, pool.started);
+    pool.threads = threads;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    unsigned long g = atomic_load(&pool.generation) + 1;
+    atomic_store_explicit(&pool.ticket, g << 8, memory_order_release);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    atomic_store_explicit(&pool.generation, g, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    size_t lo, hi;
-    part_range(0, &lo, &hi);
-    fn(arg, lo, hi);
-    /* the workers' parts: spin, then yield (on a busy machine a worker may wait for a core) */
-    for (int spins = 0; atomic_load_explicit(&pool.pending, memory_order_acquire); spins++)
+    run_parts(g);
+    /* parts a worker took: spin, then yield (it may wait for a core mid-part) */
+    for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < parts; spins++)
         if (spins < SPINS) _mm_pause();
         else sched_yield();
     pthread_mutex_unlock(&pool.call);
