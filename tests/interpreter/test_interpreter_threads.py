@@ -15,6 +15,7 @@ from trt_kv._trt import trt
 from trt_kv.build_defaults import THREADS_ENV, default_threads
 from trt_kv.errors import ArgumentError
 from trt_kv.interpreter import compile_network, native, products
+from trt_kv.interpreter.blocks import BlockWeight
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -30,6 +31,24 @@ def test_helper_products_give_the_same_bits_on_any_thread_count(dtype, rows):
         assert np.array_equal(native.product(x, w, threads=threads), one)
         for v, first in zip(wide, panels):
             assert np.array_equal(native.panel_product(x, w, wide=v, threads=threads), first)
+
+
+def test_block_products_give_the_same_bits_call_after_call_whatever_the_count():
+    """Parts are claimed by whichever thread is free (up to 4 a thread): many calls in a row,
+    the count changing between them (workers past the count take none), each gives the bits
+    of one thread, every row written."""
+    require_compiled_helper()
+    rng = np.random.default_rng(5)
+    codes = rng.integers(-8, 8, (3000, 256)).astype(np.int8)
+    scales = (rng.random((3000, 8)) / 64).astype(np.float16)
+    w = BlockWeight.from_codes(codes, scales, -scales, 4)
+    x = rand(2, 256, seed=6)
+    args = (w.codes, 4, 32, w.scales, w.offsets, x)
+    one = native.block_product(*args, threads=1)
+    assert np.isfinite(one).all()
+    for call in range(120):
+        count = (2, 3, 7, 1, 2)[call % 5]
+        assert np.array_equal(native.block_product(*args, threads=count), one), (call, count)
 
 
 @pytest.fixture
