@@ -19,6 +19,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -51,6 +52,21 @@ def _case(b: int, nq: int, nkv: int, n: int, h: int) -> tuple[np.ndarray, ...]:
     return q, caches[0][:, :, :n], caches[1][:, :, :n], mask[..., :n]
 
 
+def _native_side(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, keep_args: tuple
+) -> np.ndarray:
+    """The fast plan's native route: the keep mask built, then the helper's attention."""
+    keep = ops.causal_keep(*keep_args) & mask
+    return native.attention(q, k, v, keep, scale=1.0)
+
+
+def _numpy_side(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The fast plan's NumPy route: the reference's passes with its few-row scores product."""
+    return ops.attention(
+        q, k, v, causal="none", scale=1.0, mask=mask, scores_product=transformer._few_row_scores
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
@@ -68,16 +84,9 @@ def main() -> None:
         for n in args.keys:
             q, k, v, mask = _case(b, *args.heads, n, 64)
 
-            def run_native() -> np.ndarray:
-                keep = ops.causal_keep(1, n, "none", None, b) & mask
-                return native.attention(q, k, v, keep, scale=1.0)
-
-            def run_numpy() -> np.ndarray:
-                return ops.attention(
-                    q, k, v, causal="none", scale=1.0, mask=mask,
-                    scores_product=transformer._few_row_scores,
-                )  # fmt: skip
-
+            keep_args = (1, n, "none", None, b)
+            run_native = partial(_native_side, q, k, v, mask, keep_args)
+            run_numpy = partial(_numpy_side, q, k, v, mask)
             times = [_timed(fn, args.calls, args.repeats) for fn in (run_native, run_numpy)]
             pays = transformer._native_attention_pays(q, k, v, mask, f32)
             ratio = times[0] / times[1]
