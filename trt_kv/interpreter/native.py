@@ -31,6 +31,7 @@ _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # through ctypes (~2.3 us, most of it fixed)
 _SMALL = 320
 _MIN_RUN = 8  # shorter runs than this are copied first: one C loop beats many short ones
+_SIZES3 = ctypes.c_size_t * 3
 
 
 def built_files(folder: Path = SOURCE.parent) -> list[Path]:
@@ -276,12 +277,13 @@ def attention(
         )
     n = k.shape[2]
     heads = nq if keep.ndim == 4 and keep.shape[1] == nq > 1 else 1
-    try:
-        keep = np.broadcast_to(keep, (b, heads, sq, n))
-    except ValueError:
-        raise ShapeError(
-            mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
-        ) from None
+    if keep.shape != (b, heads, sq, n):  # (broadcast_to costs ~4 us: a decode step's tenth)
+        try:
+            keep = np.broadcast_to(keep, (b, heads, sq, n))
+        except ValueError:
+            raise ShapeError(
+                mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
+            ) from None
     q, keep = _contiguous_aligned(q), np.ascontiguousarray(keep).view(np.uint8)
     if (
         k.strides != v.strides
@@ -289,7 +291,7 @@ def attention(
         or not (k.flags.aligned and v.flags.aligned)
     ):
         k, v = _contiguous_aligned(k), _contiguous_aligned(v)
-    strides = (ctypes.c_size_t * 3)(*(s // k.itemsize for s in k.strides[:3]))
+    strides = _SIZES3(*[s // k.itemsize for s in k.strides[:3]])
     out = np.empty(q.shape, _F32)
     if out.size and LIB.trt_kv_attention_float32(
         address(q), b, nq, sq, h, k.ctypes.data, v.ctypes.data, nkv, n, strides,

@@ -256,8 +256,10 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
                 k, v = k[:, :, :n], v[:, :, :n]
                 mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
                 if _native_attention_pays(q, k, v, mask, compute):
-                    keep = ops.causal_keep(q.shape[2], n, causal, kv_len, q.shape[0])
-                    keep = keep if mask is None else keep & mask
+                    keep = mask  # what causal_keep keeps for no causal kind and no lengths: all
+                    if causal != "none" or kv_len is not None or mask is None:
+                        keep = ops.causal_keep(q.shape[2], n, causal, kv_len, q.shape[0])
+                        keep = keep if mask is None else keep & mask
                     k, v = widen_to(k, compute), widen_to(v, compute)
                     return native.attention(q, k, v, keep, scale=1.0)
                 if q.size // q.shape[-1] * n > _LARGE_SCORES and q.shape[1] % k.shape[1] == 0:
