@@ -745,17 +745,35 @@ F16C static inline __m256 sums8(const __m256 a[8]) {
                          _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
+/* Two rows of h floats, row apart, fetched into the cache (a decode step's keys and values
+ * come from memory: other layers' weights went through the cache since they were written,
+ * and the prefetchers pick up each KV head's short stream late). An asm statement: GCC 12
+ * drops a loop of _mm_prefetch alone as dead code. A prefetch past the window's end (or of a
+ * row no query sees) reads nothing: no fault, no value. */
+#define SCORE_AHEAD 8 /* keys ahead whose rows direct_scores fetches (with the values of its own) */
+static inline void fetch_line(const float *p) {
+    __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
+}
+static inline void fetch_rows(const float *p, size_t row, size_t h) {
+    for (size_t c = 0; c < h; c += 16) fetch_line(p + c), fetch_line(p + row + c);
+    fetch_line(p + h - 1), fetch_line(p + row + h - 1);
+}
+
 /* scores[i * stride + j] = qr[i] . key j for rows i < ROWS (a constant: one copy a count) and
  * keys j < bound, two keys a step; key j read at k + j * k_row only where any[j] (a key no
  * row sees reads as the zeros of zero: its score, 0, is masked out by softmax_row). Each
  * score is its row's sum over the 8-column chunks in order in 8 lanes, the lanes summed as
- * sums8 does, then the H % 8 tail's products added one by one: a fixed order per row. */
+ * sums8 does, then the H % 8 tail's products added one by one: a fixed order per row. The keys
+ * SCORE_AHEAD ahead and the values of the keys at hand (v: rows k_row apart, as k's) are
+ * fetched as it goes. */
 #define DIRECT_SCORES(name, ROWS)                                                                 \
-    F16C static void name(const float *const *qr, const float *k, size_t k_row,                  \
+    F16C static void name(const float *const *qr, const float *k, const float *v, size_t k_row,  \
                           const uint8_t *any, size_t bound, size_t h, const float *zero,         \
                           float *scores, size_t stride) {                                        \
         size_t h8 = h / 8 * 8;                                                                    \
         for (size_t j = 0; j < bound; j += 2) {                                                   \
+            fetch_rows(k + (j + SCORE_AHEAD) * k_row, k_row, h);                                 \
+            fetch_rows(v + j * k_row, k_row, h);                                                  \
             const float *k0 = any[j] ? k + j * k_row : zero;                                      \
             const float *k1 = j + 1 < bound && any[j + 1] ? k + (j + 1) * k_row : zero;           \
             __m256 acc[8];                                                                        \
@@ -836,12 +854,11 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
                     any[j] = seen_by;
                 }
                 if (direct) {
-                    static void (*const by_rows[ATT_ROWS])(const float *const *, const float *,
-                                                           size_t, const uint8_t *, size_t,
-                                                           size_t, const float *, float *,
-                                                           size_t) = {
+                    static void (*const by_rows[ATT_ROWS])(
+                        const float *const *, const float *, const float *, size_t,
+                        const uint8_t *, size_t, size_t, const float *, float *, size_t) = {
                         direct_scores_1, direct_scores_2, direct_scores_3, direct_scores_4};
-                    by_rows[count - 1](qr, kb, kv_strides[2], any, bound, h, kt, scores, n16);
+                    by_rows[count - 1](qr, kb, vb, kv_strides[2], any, bound, h, kt, scores, n16);
                     for (size_t i = 0; i < count; i++) /* past the last key: masked out */
                         memset(scores + i * n16 + bound, 0, (seen - bound) * sizeof(float));
                 }
