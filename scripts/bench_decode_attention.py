@@ -7,7 +7,8 @@ q ``[B, Nq, 1, H]`` (float32, H = 64) against windows ``k, v [B, Nkv, n, H]`` of
 ``[B, Nkv, n + 64, H]`` with a decode step's bool mask ``[B, 1, 1, S_max]`` (SmolLM2-135M's
 heads by default: 9 query heads on 3 KV heads), each side as the fast plan's attention layer
 runs it: ``native`` builds the keep mask and calls :func:`trt_kv.interpreter.native.attention`,
-``numpy`` is :func:`trt_kv.reference.ops.attention` with the fast plan's scores product. A
+``numpy`` is :func:`trt_kv.reference.ops.attention` with the fast plan's scores product (the
+helper's product on ``--threads`` threads; the attention itself runs on one, BLAS on one). A
 cell is the best of ``--repeats`` medians of ``--calls`` calls, in microseconds; ``ratio`` is
 native / numpy (below 1: the helper is faster), ``pays`` what
 ``transformer._native_attention_pays`` chooses for the shape.
@@ -16,14 +17,17 @@ native / numpy (below 1: the helper is faster), ``pays`` what
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
 from functools import partial
 
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # NumPy's side: one thread, as the helper
+
 import numpy as np
 
-from trt_kv.interpreter import native, transformer
+from trt_kv.interpreter import native, products, transformer
 from trt_kv.reference import ops
 
 KEYS = (32, 64, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096)
@@ -74,7 +78,9 @@ def main() -> None:
     parser.add_argument("--heads", type=int, nargs=2, default=[9, 3], metavar=("NQ", "NKV"))
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="the helper's product threads")
     args = parser.parse_args()
+    products.set_threads(args.threads)
     if native.LIB is None:
         raise SystemExit("the native helper is not built: python setup.py build_ext --inplace")
     f32 = np.dtype(np.float32)

@@ -291,9 +291,9 @@ def _native_attention_pays(
     batch), GQA heads that divide, and a shape where it is faster than NumPy's passes:
 
     - decode-shaped, up to :data:`_NATIVE_DECODE_ROWS` query rows per KV head (a decode
-      step's group of query heads) and up to :data:`_NATIVE_DECODE_KEYS` keys: each score a
-      dot product of a query row with a key row read where it lies, ~1.3-2x faster than
-      NumPy's passes (``scripts/bench_decode_attention.py``);
+      step's group of query heads), any number of keys: each score a dot product of a query
+      row with a key row read where it lies, ~1.1-1.9x faster than NumPy's passes from 32 to
+      4096 keys (``scripts/bench_decode_attention.py``; as fast at 8192-16384);
     - prefill-like, :data:`_NATIVE_ATTENTION_ROWS` or more query rows against up to twice
       as many keys (or :data:`_NATIVE_ATTENTION_KEYS`): 1.2-2x faster (each row's scores only
       up to its last key: a causal chunk's first half reads half the keys).
@@ -310,7 +310,7 @@ def _native_attention_pays(
         and (k.shape[0], k.shape[3]) == (q.shape[0], q.shape[3])
         and q.shape[1] % k.shape[1] == 0
         and (
-            (q.shape[1] // k.shape[1] * sq <= _NATIVE_DECODE_ROWS and n <= _NATIVE_DECODE_KEYS)
+            q.shape[1] // k.shape[1] * sq <= _NATIVE_DECODE_ROWS
             or (sq >= _NATIVE_ATTENTION_ROWS and n <= max(2 * sq, _NATIVE_ATTENTION_KEYS))
         )
     )
@@ -318,10 +318,9 @@ def _native_attention_pays(
 
 _NATIVE_ATTENTION_ROWS = 8  # query rows from which the native attention runs
 _NATIVE_ATTENTION_KEYS = 128  # keys it takes whatever the rows (more: up to 2 a query row)
-# query rows per KV head up to which it runs as a decode step's (the helper's ATT_ROWS: its
-# keys read where they lie), and the keys it takes then
+# query rows per KV head (Nq / Nkv x Sq) up to which it runs whatever the keys: the helper's
+# decode path (its ATT_ROWS), keys read where they lie
 _NATIVE_DECODE_ROWS = 4
-_NATIVE_DECODE_KEYS = 1536
 
 
 def _few_row_scores(rows: Array, k: Array) -> Array | None:
