@@ -79,12 +79,14 @@ def test_attention_is_the_float64_reference_within_float32_rounding(b, nq, nkv, 
     np.testing.assert_allclose(out, _expected(q, k, v, mask, lengths, scale), rtol=0, atol=4e-6)
 
 
-def test_a_mask_per_head_is_read_per_head():
-    """Key 3, below every row's last key, is seen by no row: its values (NaN) are not read."""
-    q, k, v, mask, lengths = _case(2, 4, 2, 12, 30, 16, seed=4)
-    per_head = mask & (np.random.default_rng(5).random((2, 4, 12, 30)) < 0.7)
+@pytest.mark.parametrize("sq", [12, 1], ids=["prefill", "decode"])
+def test_a_mask_per_head_is_read_per_head(sq):
+    """Key 3, below every row's last key, is seen by no row: its key and values (NaN) reach
+    no output."""
+    q, k, v, mask, lengths = _case(2, 4, 2, sq, 30, 16, seed=4)
+    per_head = mask & (np.random.default_rng(5).random((2, 4, sq, 30)) < 0.7)
     per_head[..., 3] = False
-    v[:, :, 3] = np.nan
+    k[:, :, 3] = v[:, :, 3] = np.nan
     out = native.attention(q, k, v, _keep(q, k, per_head, lengths), 0.25)
     expected = _expected(q, k, v, per_head, lengths, 0.25)
     np.testing.assert_allclose(out, expected, rtol=0, atol=4e-6)
