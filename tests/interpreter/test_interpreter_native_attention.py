@@ -79,12 +79,14 @@ def test_attention_is_the_float64_reference_within_float32_rounding(b, nq, nkv, 
     np.testing.assert_allclose(out, _expected(q, k, v, mask, lengths, scale), rtol=0, atol=4e-6)
 
 
-def test_a_mask_per_head_is_read_per_head():
-    """Key 3, below every row's last key, is seen by no row: its values (NaN) are not read."""
-    q, k, v, mask, lengths = _case(2, 4, 2, 12, 30, 16, seed=4)
-    per_head = mask & (np.random.default_rng(5).random((2, 4, 12, 30)) < 0.7)
+@pytest.mark.parametrize("sq", [12, 1], ids=["prefill", "decode"])
+def test_a_mask_per_head_is_read_per_head(sq):
+    """Key 3, below every row's last key, is seen by no row: its key and values (NaN) reach
+    no output."""
+    q, k, v, mask, lengths = _case(2, 4, 2, sq, 30, 16, seed=4)
+    per_head = mask & (np.random.default_rng(5).random((2, 4, sq, 30)) < 0.7)
     per_head[..., 3] = False
-    v[:, :, 3] = np.nan
+    k[:, :, 3] = v[:, :, 3] = np.nan
     out = native.attention(q, k, v, _keep(q, k, per_head, lengths), 0.25)
     expected = _expected(q, k, v, per_head, lengths, 0.25)
     np.testing.assert_allclose(out, expected, rtol=0, atol=4e-6)
@@ -135,6 +137,62 @@ def test_strided_queries_are_read_as_their_values():
     )
 
 
+# (b, nq, nkv, n, h): decode steps, one query row a sequence (at most 4 rows a KV head: the
+# helper reads each key where it lies): SmolLM2's GQA 9:3, 4:1 and 1:1 heads, 1 to 600 keys
+# (not multiples of 16 or of 2), H 64, 13 and 130 (columns past the 8-column chunks)
+DECODE_CASES = [
+    (1, 9, 3, 1, 64),
+    (3, 9, 3, 37, 64),
+    (1, 9, 3, 130, 64),
+    (3, 9, 3, 201, 64),
+    (3, 4, 1, 17, 13),
+    (1, 4, 1, 600, 64),
+    (3, 1, 1, 2, 130),
+    (3, 3, 3, 333, 130),
+    (1, 1, 1, 599, 13),
+]
+
+
+@pytest.mark.parametrize(("b", "nq", "nkv", "n", "h"), DECODE_CASES)
+def test_decode_steps_are_the_float64_reference_within_float32_rounding(b, nq, nkv, n, h):
+    """Windows of caches of n + 20 rows, ragged lengths, NaN in every row past a sequence's
+    length: never read, every output finite."""
+    q, k, v, mask, lengths = _case(b, nq, nkv, 1, n, h, s_max=n + 20, seed=n + h)
+    scale = h**-0.5
+    out = native.attention(q, k, v, _keep(q, k, mask, lengths), scale)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, _expected(q, k, v, mask, lengths, scale), rtol=0, atol=4e-6)
+
+
+def test_a_decode_row_that_sees_no_key_is_zeros_and_a_nan_score_makes_its_row_nan():
+    """Sequence 1 sees no key; in sequence 0, query head 4 (KV head 1) has a NaN score: its
+    row is NaN and the other heads of its group (3 and 5), which read the same keys, are not."""
+    q, k, v, mask, lengths = _case(3, 9, 3, 1, 50, 64, s_max=60, seed=11)
+    mask = mask.copy()
+    mask[1] = False
+    q[0, 4, 0, 7] = np.nan
+    out = native.attention(q, k, v, _keep(q, k, mask, lengths), 0.125)
+    expected = _expected(q, k, v, mask, lengths, 0.125)
+    assert (out[1] == 0).all() and (expected[1] == 0).all()
+    assert np.isnan(out[0, 4]).all() and np.isnan(expected[0, 4]).all()
+    assert np.isfinite(np.delete(out[0], 4, axis=0)).all() and np.isfinite(out[2]).all()
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(np.isfinite(out), finite)
+    np.testing.assert_allclose(out[finite], expected[finite], rtol=0, atol=4e-6)
+
+
+@pytest.mark.parametrize("nq", [9, 27])
+def test_a_sequences_rows_do_not_depend_on_the_batch(nq):
+    """Each sequence of a batch of 3, alone: the same bits (a decode step, 3 rows a KV head,
+    and a prefill-like 9)."""
+    q, k, v, mask, lengths = _case(3, nq, 3, 1, 300, 64, s_max=320, seed=12)
+    keep = _keep(q, k, mask, lengths)
+    batch = native.attention(q, k, v, keep, 0.125)
+    for i in range(3):
+        one = native.attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], keep[i : i + 1], 0.125)
+        np.testing.assert_array_equal(batch[i : i + 1], one)
+
+
 @pytest.mark.parametrize(
     ("args", "error", "names"),
     [
@@ -159,8 +217,8 @@ def test_keep_that_does_not_fit_is_refused():
         native.attention(q, k, v, np.ones((1, 1, 3, 4), np.float32), 1.0)
 
 
-# Ragged prefill chunks of 12 and 9 tokens, a second chunk of 10, then a decode step: the
-# chunks run the native attention (8+ query rows), the step NumPy's.
+# Ragged prefill chunks of 12 and 9 tokens, a second chunk of 10, then a decode step: each
+# runs the native attention (the chunks 8+ query rows, the step 2 a KV head).
 S_MAX = 24
 IDS = np.random.default_rng(8).integers(0, TINY_GQA.vocab_size, (2, 23))
 STEPS = [
@@ -194,7 +252,7 @@ def test_prefill_chunks_run_native_attention_and_agree_with_the_plain_plan(
         assert np.isfinite(logits["fast"]).all()
         scale = float(np.abs(logits["plain"]).max())
         np.testing.assert_allclose(logits["fast"], logits["plain"], rtol=rtol, atol=rtol * scale)
-    assert len(calls) == 2 * TINY_GQA.num_hidden_layers  # two chunks; not the decode step
+    assert len(calls) == 3 * TINY_GQA.num_hidden_layers  # two chunks and the decode step
     for name in names:
         for b, n in enumerate(STEPS[-1][3]):
             assert np.isnan(caches["fast"][name][b, :, n:]).all()
@@ -205,8 +263,9 @@ def test_native_attention_runs_only_where_it_pays():
     f32 = np.dtype(np.float32)
     pays = transformer._native_attention_pays
     assert pays(q, k, k, None, f32)
-    assert not pays(q[:, :, :1], k, k, None, f32)  # a decode step
     deep = rand(2, 3, 1024, 64)
+    assert pays(q[:, :, :1], k, k, None, f32) and pays(q[:, :, :1], deep, deep, None, f32)
+    assert not pays(q[:, :, :2], k, k, None, f32)  # 6 rows a KV head, few keys
     assert not pays(q, deep, deep, None, f32)  # deep in a context
     assert not pays(q, k, k, np.zeros((1, 1, 128, 128), np.float32), f32)  # additive mask
     assert not pays(q, k[:1], k[:1], None, f32)  # K and V broadcast over the batch

@@ -1,5 +1,5 @@
 /* The CPU interpreter's native helper: float16 conversions with the processor's own
- * instructions, products of rows against a weight, and a prefill chunk's attention (x86-64
+ * instructions, products of rows against a weight, and attention (x86-64
  * AVX2, FMA and F16C; AVX-512 where the processor has it, for the panel product).
  *
  * Conversions. NumPy converts float16 one element at a time in C (~2-3 ns an element); these
@@ -641,7 +641,12 @@ F16C static inline __m256 keep8(const uint8_t *keep) {
  * exp8, within ~1 ulp of NumPy's exp), then the values weighted and summed and divided by the
  * total. A key no row of a block sees is never read (an unwritten cache row, NaN, cannot reach
  * any output); one another row of the block sees is read with weight 0. A row that sees no
- * key gives zeros; one whose seen scores hold NaN or +inf gives NaN (as the reference). */
+ * key gives zeros; one whose seen scores hold NaN or +inf gives NaN (as the reference).
+ * A decode step, up to ATT_ROWS query rows a KV head (group x Sq), skips the transposed copy,
+ * which would cost it more than its scores: each key row is read where it lies and dotted
+ * with the block's rows (direct_scores). The path depends on the shape only, never on B: each
+ * row's result is the same whatever other rows and sequences the call holds. AVX2 only: the
+ * step is bound by reading K and V (AVX-512 was not tried). */
 #define ATT_ROWS 4 /* query rows whose scores are computed together */
 
 /* One query row's softmax over its scores [0, seen) (seen a multiple of 16; keep padded with
@@ -679,6 +684,7 @@ F16C static float softmax_row(float *scores, const uint8_t *keep, size_t seen, f
  * once for the block, 16 columns at a time against the rows' 2 x ATT_ROWS running sums; a key
  * no row of the block sees is skipped (never read). Rows whose total is not > 0 (see
  * softmax_row) are written zeros or NaN instead; rows from count on are computed and dropped. */
+#define WEIGH_AHEAD 16 /* keys ahead whose values weigh_block fetches */
 F16C static void weigh_block(const float *weights, size_t stride, const uint8_t *any, size_t last,
                              const float *v, size_t v_row, size_t h, const float *total,
                              float *const *out, size_t count) {
@@ -687,6 +693,8 @@ F16C static void weigh_block(const float *weights, size_t stride, const uint8_t 
         __m256 acc[ATT_ROWS][2];
         for (int i = 0; i < ATT_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
         for (size_t j = 0; j < last; j++) {
+            /* a column block of rows v_row apart: fetched ahead, as no prefetcher does */
+            _mm_prefetch((const char *)(v + (j + WEIGH_AHEAD) * v_row + c0), _MM_HINT_T0);
             if (!any[j]) continue;
             __m256 v0 = _mm256_loadu_ps(v + j * v_row + c0);
             __m256 v1 = _mm256_loadu_ps(v + j * v_row + c0 + 8);
@@ -742,26 +750,100 @@ F16C static void transpose_keys(const float *k, size_t stride, size_t n, size_t 
     }
 }
 
+/* Scores of a decode step's few query rows (at most ATT_ROWS a KV head): each key row read
+ * where it lies, H floats once, and dotted with each row (no transposed copy, which costs a
+ * decode step more than its scores). */
+
+/* 8 running sums a[i] (row i / 2, key i % 2) -> one vector of their 8 totals, lane i the
+ * sum of a[i]'s lanes as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), whatever the
+ * other vectors hold. */
+F16C static inline __m256 sums8(const __m256 a[8]) {
+    __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20),
+                         _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+/* Two rows of h floats, row apart, fetched into the cache (a decode step's keys and values
+ * come from memory: other layers' weights went through the cache since they were written,
+ * and the prefetchers pick up each KV head's short stream late). An asm statement: GCC 12
+ * drops a loop of _mm_prefetch alone as dead code. A prefetch past the window's end (or of a
+ * row no query sees) reads nothing: no fault, no value. */
+#define SCORE_AHEAD 8 /* keys ahead whose rows direct_scores fetches (with the values of its own) */
+static inline void fetch_line(const float *p) {
+    __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
+}
+static inline void fetch_rows(const float *p, size_t row, size_t h) {
+    for (size_t c = 0; c < h; c += 16) fetch_line(p + c), fetch_line(p + row + c);
+    fetch_line(p + h - 1), fetch_line(p + row + h - 1);
+}
+
+/* scores[i * stride + j] = qr[i] . key j for rows i < ROWS (a constant: one copy a count) and
+ * keys j < bound, two keys a step; key j read at k + j * k_row only where any[j] (a key no
+ * row sees reads as the zeros of zero: its score, 0, is masked out by softmax_row). Each
+ * score is its row's sum over the 8-column chunks in order in 8 lanes, the lanes summed as
+ * sums8 does, then the H % 8 tail's products added one by one: a fixed order per row. The keys
+ * SCORE_AHEAD ahead and the values of the keys at hand (v: rows k_row apart, as k's) are
+ * fetched as it goes. */
+#define DIRECT_SCORES(name, ROWS)                                                                 \
+    F16C static void name(const float *const *qr, const float *k, const float *v, size_t k_row,  \
+                          const uint8_t *any, size_t bound, size_t h, const float *zero,         \
+                          float *scores, size_t stride) {                                        \
+        size_t h8 = h / 8 * 8;                                                                    \
+        for (size_t j = 0; j < bound; j += 2) {                                                   \
+            fetch_rows(k + (j + SCORE_AHEAD) * k_row, k_row, h);                                 \
+            fetch_rows(v + j * k_row, k_row, h);                                                  \
+            const float *k0 = any[j] ? k + j * k_row : zero;                                      \
+            const float *k1 = j + 1 < bound && any[j + 1] ? k + (j + 1) * k_row : zero;           \
+            __m256 acc[8];                                                                        \
+            for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();                             \
+            for (size_t c = 0; c < h8; c += 8) {                                                  \
+                __m256 a = _mm256_loadu_ps(k0 + c), b = _mm256_loadu_ps(k1 + c);                  \
+                _Pragma("GCC unroll 4") for (int i = 0; i < ROWS; i++) {                          \
+                    __m256 x = _mm256_loadu_ps(qr[i] + c);                                        \
+                    acc[2 * i] = _mm256_fmadd_ps(x, a, acc[2 * i]);                               \
+                    acc[2 * i + 1] = _mm256_fmadd_ps(x, b, acc[2 * i + 1]);                       \
+                }                                                                                 \
+            }                                                                                     \
+            float s[8];                                                                           \
+            _mm256_storeu_ps(s, sums8(acc));                                                      \
+            for (int i = 0; i < ROWS; i++) {                                                      \
+                float t0 = s[2 * i], t1 = s[2 * i + 1];                                           \
+                for (size_t c = h8; c < h; c++) {                                                 \
+                    t0 += qr[i][c] * k0[c];                                                       \
+                    t1 += qr[i][c] * k1[c];                                                       \
+                }                                                                                 \
+                scores[i * stride + j] = t0;                                                      \
+                if (j + 1 < bound) scores[i * stride + j + 1] = t1;                               \
+            }                                                                                     \
+        }                                                                                         \
+    }
+DIRECT_SCORES(direct_scores_1, 1)
+DIRECT_SCORES(direct_scores_2, 2)
+DIRECT_SCORES(direct_scores_3, 3)
+DIRECT_SCORES(direct_scores_4, 4)
+
 /* trt_kv_attention_float32: see above. kv_strides: k's and v's batch, head and row strides in
  * elements. Returns 0, or -1 (nothing written) when its scratch memory cannot be had. */
 F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
                                   const float *k, const float *v, size_t nkv, size_t n,
                                   const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
                                   float scale, float *out) {
-    size_t n16 = (n + 15) / 16 * 16, group = nq / nkv; /* keys padded to 16 */
-    float *kt = malloc((h * n16 + ATT_ROWS * n16) * sizeof(float) + 1);
+    size_t n16 = (n + 15) / 16 * 16, group = nq / nkv, rows = group * sq; /* keys padded to 16 */
+    int direct = rows <= ATT_ROWS; /* a decode step: the keys read where they lie */
+    size_t kt_size = direct ? h : h * n16; /* direct: one row of zeros (direct_scores) */
+    float *kt = calloc(kt_size + ATT_ROWS * n16 + 1, sizeof(float));
     uint8_t *pad = malloc((ATT_ROWS + 1) * n16 + 1), *any = pad + ATT_ROWS * n16;
     if (!kt || !pad) {
         free(kt), free(pad);
         return -1;
     }
-    float *scores = kt + h * n16;
+    float *scores = kt + kt_size;
     for (size_t bi = 0; bi < b; bi++)
         for (size_t hk = 0; hk < nkv; hk++) {
             const float *kb = k + bi * kv_strides[0] + hk * kv_strides[1];
             const float *vb = v + bi * kv_strides[0] + hk * kv_strides[1];
-            transpose_keys(kb, kv_strides[2], n, h, kt, n16);
-            size_t rows = group * sq;
+            if (!direct) transpose_keys(kb, kv_strides[2], n, h, kt, n16);
             for (size_t r0 = 0; r0 < rows; r0 += ATT_ROWS) {
                 size_t count = rows - r0 < ATT_ROWS ? rows - r0 : ATT_ROWS, seen = 0;
                 const float *qr[ATT_ROWS];
@@ -783,7 +865,23 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
                     memcpy(pad + i * n16, kr[i], l);
                     memset(pad + i * n16 + l, 0, n16 - l);
                 }
-                for (size_t j = 0; j < seen; j += 16) { /* scores of 4 rows, 16 keys a step */
+                size_t bound = 0;
+                for (size_t i = 0; i < count; i++) bound = last[i] > bound ? last[i] : bound;
+                for (size_t j = 0; j < bound; j++) { /* keys some row of the block sees */
+                    uint8_t seen_by = 0;
+                    for (size_t i = 0; i < count; i++) seen_by |= pad[i * n16 + j];
+                    any[j] = seen_by;
+                }
+                if (direct) {
+                    static void (*const by_rows[ATT_ROWS])(
+                        const float *const *, const float *, const float *, size_t,
+                        const uint8_t *, size_t, size_t, const float *, float *, size_t) = {
+                        direct_scores_1, direct_scores_2, direct_scores_3, direct_scores_4};
+                    by_rows[count - 1](qr, kb, vb, kv_strides[2], any, bound, h, kt, scores, n16);
+                    for (size_t i = 0; i < count; i++) /* past the last key: masked out */
+                        memset(scores + i * n16 + bound, 0, (seen - bound) * sizeof(float));
+                }
+                for (size_t j = 0; !direct && j < seen; j += 16) { /* 4 rows, 16 keys a step */
                     __m256 acc[ATT_ROWS][2];
                     for (int i = 0; i < ATT_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
                     for (size_t c = 0; c < h; c++) {
@@ -801,16 +899,8 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
                     }
                 }
                 float total[ATT_ROWS];
-                size_t bound = 0;
-                for (size_t i = 0; i < count; i++) {
+                for (size_t i = 0; i < count; i++)
                     total[i] = softmax_row(scores + i * n16, pad + i * n16, seen, scale);
-                    bound = last[i] > bound ? last[i] : bound;
-                }
-                for (size_t j = 0; j < bound; j++) { /* keys some row of the block sees */
-                    uint8_t seen_by = 0;
-                    for (size_t i = 0; i < count; i++) seen_by |= pad[i * n16 + j];
-                    any[j] = seen_by;
-                }
                 weigh_block(scores, n16, any, bound, vb, kv_strides[2], h, total, orow, count);
             }
         }

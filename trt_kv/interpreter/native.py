@@ -1,5 +1,5 @@
 """The optional compiled helper ``_native`` (x86-64 with AVX2, FMA and F16C): float16
-conversions, products of rows against a weight, and attention for a prefill chunk.
+conversions, products of rows against a weight, and attention.
 
 ``setup.py`` compiles ``_native.c`` where a C compiler is; this module loads it with ctypes.
 :data:`LIB` is None where it was not built, was built from another version of the C file,
@@ -8,7 +8,8 @@ recipes. :func:`widen` and :func:`round_float16` (callable only when :data:`LIB`
 None) give NumPy's bits exactly, NaN payloads included (~0.2 ns an element);
 :func:`product` multiplies a few rows by a float16 or float32 weight read as it is stored,
 :func:`panel_product` many rows (a prefill chunk), like a matrix product; :func:`attention`
-computes a prefill chunk's attention, each query row only up to the last key it sees.
+computes a prefill chunk's or a decode step's attention, each query row only up to the last
+key it sees.
 """
 
 from __future__ import annotations
@@ -226,12 +227,14 @@ def attention(
     go in blocks of 4: a key no row of a block sees (an unwritten cache row) is never read for
     it, one another row of the block sees is read with weight 0. ~2x faster than NumPy's
     passes for a 128-token prefill chunk, much of it by computing scores only up to the last
-    key a block's rows see.
+    key a block's rows see. Up to 4 query rows a KV head (a decode step: Nq / Nkv x Sq), each
+    key row is read where it lies instead of transposed first (~1.1-1.9x faster than NumPy's
+    passes, 32 to 4096 keys). A row's result does not depend on the other sequences of B.
 
     Raises:
         DTypeError: q, k or v not float32, or keep not bool.
         ShapeError: shapes that do not fit (see above).
-        MemoryError: no memory for its scratch (the keys transposed); nothing is written.
+        MemoryError: no memory for its scratch (scores, keys transposed); nothing written.
     """
     for name, a in (("q", q), ("k", k), ("v", v)):
         expect_dtype(name, a, _F32)
@@ -246,12 +249,13 @@ def attention(
         )
     n = k.shape[2]
     heads = nq if keep.ndim == 4 and keep.shape[1] == nq > 1 else 1
-    try:
-        keep = np.broadcast_to(keep, (b, heads, sq, n))
-    except ValueError:
-        raise ShapeError(
-            mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
-        ) from None
+    if keep.shape != (b, heads, sq, n):  # (broadcast_to costs ~4 us: a decode step's tenth)
+        try:
+            keep = np.broadcast_to(keep, (b, heads, sq, n))
+        except ValueError:
+            raise ShapeError(
+                mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
+            ) from None
     q, keep = contiguous_aligned(q), np.ascontiguousarray(keep).view(np.uint8)
     if (
         k.strides != v.strides
@@ -259,7 +263,7 @@ def attention(
         or not (k.flags.aligned and v.flags.aligned)
     ):
         k, v = contiguous_aligned(k), contiguous_aligned(v)
-    strides = (ctypes.c_size_t * 3)(*(s // k.itemsize for s in k.strides[:3]))
+    strides = (ctypes.c_size_t * 3)(*[s // k.itemsize for s in k.strides[:3]])
     out = np.empty(q.shape, _F32)
     if out.size and LIB.trt_kv_attention_float32(
         address(q), b, nq, sq, h, k.ctypes.data, v.ctypes.data, nkv, n, strides,

@@ -256,8 +256,10 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
                 k, v = k[:, :, :n], v[:, :, :n]
                 mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
                 if _native_attention_pays(q, k, v, mask, compute):
-                    keep = ops.causal_keep(q.shape[2], n, causal, kv_len, q.shape[0])
-                    keep = keep if mask is None else keep & mask
+                    keep = mask  # what causal_keep keeps for no causal kind and no lengths: all
+                    if causal != "none" or kv_len is not None or mask is None:
+                        keep = ops.causal_keep(q.shape[2], n, causal, kv_len, q.shape[0])
+                        keep = keep if mask is None else keep & mask
                     k, v = widen_to(k, compute), widen_to(v, compute)
                     return native.attention(q, k, v, keep, scale=1.0)
                 if q.size // q.shape[-1] * n > _LARGE_SCORES and q.shape[1] % k.shape[1] == 0:
@@ -286,11 +288,18 @@ def _native_attention_pays(
 ) -> bool:
     """Whether the native helper's attention (:func:`~trt_kv.interpreter.native.attention`)
     runs this call: float32, a bool mask or none, K and V of q's batch and H (no broadcast
-    batch), GQA heads that divide, and a prefill-like shape, 8 or more query rows against up
-    to twice as many keys (or 128): there it is 1.2-2x faster than NumPy's passes (each
-    row's scores only up to its last key: a causal chunk's first half reads half the keys).
-    Decode steps and chunks deep into a long context keep NumPy's products, which are
-    faster there (~1.4-1.8x at 2048 keys)."""
+    batch), GQA heads that divide, and a shape where it is faster than NumPy's passes:
+
+    - decode-shaped, up to :data:`_NATIVE_DECODE_ROWS` query rows per KV head (a decode
+      step's group of query heads), any number of keys: each score a dot product of a query
+      row with a key row read where it lies, ~1.1-1.9x faster than NumPy's passes from 32 to
+      4096 keys (``scripts/bench_decode_attention.py``; as fast at 8192-16384);
+    - prefill-like, :data:`_NATIVE_ATTENTION_ROWS` or more query rows against up to twice
+      as many keys (or :data:`_NATIVE_ATTENTION_KEYS`): 1.2-2x faster (each row's scores only
+      up to its last key: a causal chunk's first half reads half the keys).
+
+    Anything between (a few rows per KV head more than a decode step's, chunks deep into a
+    long context) keeps NumPy's products, which are faster there (~1.4-1.8x at 2048 keys)."""
     sq, n = q.shape[2], k.shape[2]
     return (
         half.NATIVE
@@ -300,17 +309,23 @@ def _native_attention_pays(
         and k.shape == v.shape
         and (k.shape[0], k.shape[3]) == (q.shape[0], q.shape[3])
         and q.shape[1] % k.shape[1] == 0
-        and sq >= _NATIVE_ATTENTION_ROWS
-        and n <= max(2 * sq, _NATIVE_ATTENTION_KEYS)
+        and (
+            q.shape[1] // k.shape[1] * sq <= _NATIVE_DECODE_ROWS
+            or (sq >= _NATIVE_ATTENTION_ROWS and n <= max(2 * sq, _NATIVE_ATTENTION_KEYS))
+        )
     )
 
 
 _NATIVE_ATTENTION_ROWS = 8  # query rows from which the native attention runs
 _NATIVE_ATTENTION_KEYS = 128  # keys it takes whatever the rows (more: up to 2 a query row)
+# query rows per KV head (Nq / Nkv x Sq) up to which it runs whatever the keys: the helper's
+# decode path (its ATT_ROWS), keys read where they lie
+_NATIVE_DECODE_ROWS = 4
 
 
 def _few_row_scores(rows: Array, k: Array) -> Array | None:
-    """A decode step's scores ``rows [B, Nkv, R, H] @ k^T`` -> ``[B, Nkv, R, Skv]`` as one
+    """A few query rows' scores (a decode step the native attention does not take, see
+    :func:`_native_attention_pays`) ``rows [B, Nkv, R, H] @ k^T`` -> ``[B, Nkv, R, Skv]`` as one
     native product per sequence and KV head (the keys as the weight: each read once, in the
     orientation the scores need): the scores take half the time of NumPy's batched product of
     so few rows at 2048 keys, the whole attention layer ~12-15% less from 1024 keys. None
