@@ -1088,9 +1088,10 @@ F16C static inline __attribute__((always_inline)) void block_row(const blocks_jo
 
 /* Sixteen 4-bit codes as float32, unsigned: the low or high nibbles of 16 bytes. */
 WIDE static inline __attribute__((always_inline)) __m512 nibbles16(const uint8_t *p, int high) {
+    /* the codes 0..15 as floats, picked by each lane's low 4 bits (vpermps reads no more) */
+    const __m512 values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    if (high) b = _mm512_srli_epi32(b, 4);
-    return _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+    return _mm512_permutexvar_ps(high ? _mm512_srli_epi32(b, 4) : b, values);
 }
 
 /* AVX-512: as block_row, sixteen lanes (a 16-weight block one vector). */
