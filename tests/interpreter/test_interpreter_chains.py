@@ -1,4 +1,4 @@
-"""Element-wise chains (RMSNorm, SwiGLU) run as one call of the compiled helper in a fast plan.
+"""Element-wise chains (RMSNorm, SwiGLU, a scale between casts) run as one step in a fast plan.
 
 Oracles: the plain plan (``fast=False``: every layer one by one in NumPy) on the same network,
 and NumPy expressions of each chain written here. The chain computes the same float32
@@ -134,6 +134,22 @@ def test_swiglu_runs_as_one_call_and_equals_the_layers(dtype):
     _close(got, ((g32 * s).astype(t).astype(np.float32) * u32).astype(t), dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16"])  # a float32 network has no casts there
+def test_a_scale_between_casts_runs_as_one_step(dtype):
+    """``x`` cast to float32, times 0.125, cast back (the query's 1/sqrt(H))."""
+    net = Net()
+    g = Graph(net.network, dtype)
+    x = net.input("x", dtype, (-1, 9, -1, 64))
+    scaled = g.mul(g.cast(x, "float32"), g.const(np.full((1, 1, 1, 1), 0.125), "float32"))
+    net.mark(g.cast(scaled, dtype))
+    feed = {"x": rand(2, 9, 3, 64, seed=9, dtype=dtype) * 7}
+    before = chains.COUNTS["scale"]
+    got = compile_network(net.network).run(feed)["out"]
+    assert chains.COUNTS["scale"] - before == 1 and got.dtype == _NP[dtype]
+    want = (feed["x"].astype(np.float32) * np.float32(0.125)).astype(_NP[dtype])
+    assert np.array_equal(got, want)  # one exact product, one rounding: the same bits
+
+
 def test_a_tiny_llama_decode_step_runs_every_norm_and_mlp_as_one_call():
     """Two norms a layer and the final one; one SwiGLU a layer; logits as the plain plan's
     (test_interpreter_fast compares whole networks on every route)."""
@@ -157,6 +173,7 @@ def test_a_tiny_llama_decode_step_runs_every_norm_and_mlp_as_one_call():
     layers = TINY_GQA.num_hidden_layers
     assert chains.COUNTS["rms_norm"] - before.get("rms_norm", 0) == 2 * layers + 1
     assert chains.COUNTS["swiglu"] - before.get("swiglu", 0) == layers
+    assert chains.COUNTS["scale"] - before.get("scale", 0) == layers  # the query's 1/sqrt(H)
     want = plain.run(feeds["plain"])["logits"]
     np.testing.assert_allclose(got, want, rtol=4e-3, atol=4e-3 * np.abs(want).max())
 

@@ -46,15 +46,15 @@ def test_the_ready_line_names_the_model_backend_and_url(tiny_dir):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_drains_the_streams_in_flight_then_exits_0(tiny_dir, sig):
     drain = 2.0
+    # S_max 8192: the long stream's 8000 tokens take far longer than the drain (~1-2 ms a
+    # token on the tiny model), however fast the interpreter gets
+    options = (*TINY_OPTIONS, "--max-seq-len", "8192", "--drain-timeout", str(drain))
     with (
-        serve_process("--model", str(tiny_dir), *TINY_OPTIONS, "--drain-timeout", str(drain)) as (
-            child,
-            url,
-        ),
+        serve_process("--model", str(tiny_dir), *options) as (child, url),
         httpx.Client(timeout=60) as client,
     ):
-        short, short_lines = open_stream(client, url, 40)  # ~0.2 s: finishes in the drain
-        long, long_lines = open_stream(client, url, 1000)  # ~5 s: cancelled at its end
+        short, short_lines = open_stream(client, url, 40)  # ~0.1 s: finishes in the drain
+        long, long_lines = open_stream(client, url, 8000)  # cancelled at the drain's end
         child.send_signal(sig)
         signalled = time.monotonic()
         time.sleep(0.3)

@@ -1,12 +1,14 @@
 """A fast plan's element-wise chains, each run as one call of the compiled helper.
 
-A decoder layer runs two chains of small layers on every token, each ~8 steps of a NumPy call
-and a float16 rounding when run one by one (~60 us a chain in a decode step):
+A decoder layer runs these chains of small layers on every token, up to ~8 steps each of a
+NumPy call and a float16 rounding when run one by one (~60 us an RMSNorm in a decode step):
 
 - **RMSNorm** as a network states it (``trt_kv.models.llama.norm_mlp.rms_norm``): ``X`` (``x``
   cast to float32), ``X * X``, AVG over the last axis (kept), ``+ eps``, SQRT, ``X / r``, then
   optionally a cast to the activation dtype and ``* weight`` (a constant ``[1, .., 1, D]``);
-- **SwiGLU**: SIGMOID of ``gate``, ``gate * s``, ``* up``.
+- **SwiGLU**: SIGMOID of ``gate``, ``gate * s``, ``* up``;
+- **a scale**: ``x`` cast to float32, times a one-element constant, cast back (the query's
+  ``1/sqrt(H)`` before attention, 3 steps as 1; NumPy's multiply, then the rounding).
 
 :func:`find` recognises them in a network, :func:`apply` replaces their steps by one step
 (:func:`rms_norm`, :func:`swiglu`):
@@ -46,7 +48,7 @@ class Chain:
     absent), which results it rounds to float16 (bit flags, see the helper), and the layers it
     replaces."""
 
-    kind: str  # "rms_norm" or "swiglu"
+    kind: str  # "rms_norm", "swiglu" or "scale"
     output_layer: str
     sources: tuple[tuple[str, int], ...]
     constants: tuple[str | None, ...]
@@ -62,7 +64,7 @@ def find(network: object) -> list[Chain]:
         return []
     found = []
     for layer in list(g.layers.values()):
-        chain = _rms_norm(g, layer) or _swiglu(g, layer)
+        chain = _rms_norm(g, layer) or _swiglu(g, layer) or _scale(g, layer)
         if chain is not None:
             found.append(chain)
     return found
@@ -165,6 +167,32 @@ def _swiglu(g: LayerGraph, sigmoid: object) -> Chain | None:
     return Chain("swiglu", out.name, sources, (), rounded, frozenset({sigmoid.name, act.name}))
 
 
+def _scale(g: LayerGraph, prod: object) -> Chain | None:
+    """``x`` cast to float32, times a one-element float32 constant, cast back (the query's
+    1/sqrt(H) before attention): its PROD is ``prod``, else None."""
+    if not _is(prod, _EW.PROD) or not _float(prod):
+        return None
+    cast, const = g.source(prod, 0, L.CAST), g.source(prod, 1, L.CONSTANT)
+    if cast is None or const is None:
+        cast, const = g.source(prod, 1, L.CAST), g.source(prod, 0, L.CONSTANT)
+    after = g.only_reader(prod)
+    if (
+        cast is None
+        or const is None
+        or cast.to_type != trt.DataType.FLOAT
+        or cast.get_input(0).dtype not in _ROUNDS
+        or not _single(const.shape)
+        or after is None
+        or after.type != L.CAST
+        or after.to_type not in _ROUNDS
+    ):
+        return None
+    replaced = frozenset({cast.name, prod.name})
+    return Chain(
+        "scale", after.name, ((cast.name, 0),), (const.name,), _ROUNDS[after.to_type], replaced
+    )
+
+
 def apply(steps: list, chains: list[Chain], compute: np.dtype) -> list:
     """``steps`` (a fast plan's, before its constants are folded) with each chain's layers
     replaced by one step; none where the helper is not built or ``compute`` is not float32."""
@@ -175,7 +203,8 @@ def apply(steps: list, chains: list[Chain], compute: np.dtype) -> list:
     fused, dropped = {}, set()
     for c in chains:
         layers = (*c.replaced, c.output_layer, *(n for n in c.constants if n is not None))
-        if not all(name in by_name for name in layers):
+        taken = dropped | set(fused)
+        if not all(name in by_name for name in layers) or taken & {*c.replaced, c.output_layer}:
             continue
         inputs = tuple(steps[by_name[layer]].inputs[j] for layer, j in c.sources)
         fused[c.output_layer] = (
@@ -199,6 +228,15 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
     """The chain's step: the usual arrays (C-contiguous float32, the weight's width) straight
     to the helper, with the weight's address and the scratch taken once; anything else
     through :func:`rms_norm` / :func:`swiglu`, which check it."""
+    if c.kind == "scale":
+        factor = np.float32(np.asarray(constants[0], np.float32).reshape(()))
+
+        def scale(x: list) -> np.ndarray:
+            COUNTS["scale"] += 1
+            y = np.multiply(x[0], factor)  # float32 times a float32 scalar: float32
+            return half.round_any(y) if c.rounded else y
+
+        return Kernel(scale)
     if c.kind == "swiglu":
 
         def glu(x: list) -> np.ndarray:
