@@ -90,6 +90,29 @@ def test_rms_norm_runs_as_one_call_and_equals_the_layers(dtype, width):
     _close(got, _expected_norm(feed["x"], net.weight, dtype), dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_residual_add_and_its_rms_norm_run_as_one_step(dtype):
+    """``h = a + b`` (read again later: the residual stream) and the RMSNorm of ``h``: one
+    step giving both, at the add's place."""
+    net = Net()
+    g = Graph(net.network, dtype)
+    a, b = (net.input(name, dtype, (-1, -1, 64)) for name in ("a", "b"))
+    h = g.add(a, b)
+    w = rand(64, seed=12, dtype=dtype)
+    net.mark(rms_norm(g, h, w, EPS))
+    net.mark(g.add(h, a), "later")  # another reader of the sum
+    feed = {"a": rand(2, 3, 64, seed=10, dtype=dtype), "b": rand(2, 3, 64, seed=11, dtype=dtype)}
+    fast, plain = compile_network(net.network), compile_network(net.network, fast=False)
+    before = chains.COUNTS["rms_norm"]
+    got = fast.run(feed)
+    assert chains.COUNTS["rms_norm"] - before == 1
+    want = plain.run(feed)
+    h = (feed["a"].astype(np.float32) + feed["b"].astype(np.float32)).astype(_NP[dtype])
+    assert np.array_equal(got["later"], want["later"])  # the sum: one exact add, one rounding
+    _close(got["out"], want["out"], dtype)
+    _close(got["out"], _expected_norm(h, w, dtype), dtype)
+
+
 def test_rms_norm_without_its_weight_gives_the_float32_rows():
     net = _norm_net("float16", 64, weight=False)
     feed = {"x": rand(1, 2, 64, seed=3, dtype="float16")}

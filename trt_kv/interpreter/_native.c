@@ -1340,6 +1340,19 @@ CHAIN void trt_kv_rms_norm(const float *x, size_t rows, size_t d, float eps, con
     }
 }
 
+/* A residual add and the RMSNorm of its sum: total = a + b [rows, d] (rounded to float16 when
+ * round_sum), then trt_kv_rms_norm of total into out (the same arguments). */
+CHAIN void trt_kv_add_rms_norm(const float *a, const float *b, size_t rows, size_t d,
+                               int round_sum, float eps, const float *w, int round_normed,
+                               int round_out, float *total, float *out, float *scratch) {
+    size_t n = rows * d, i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(total + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++) total[i] = a[i] + b[i];
+    if (round_sum) trt_kv_round_float16(total, total, n);
+    trt_kv_rms_norm(total, rows, d, eps, w, round_normed, round_out, out, scratch);
+}
+
 /* SwiGLU of gate and up [n] into out (may not be either): s = sigmoid(gate) (the helper's,
  * trt_kv_sigmoid_float32), a = gate * s, out = a * up, each rounded to float16 where its
  * flag (bit 0: s, bit 1: a, bit 2: out) says. */
@@ -1448,6 +1461,13 @@ void trt_kv_rms_norm(const float *x, size_t rows, size_t d, float eps, const flo
 
 void trt_kv_swiglu(const float *gate, const float *up, size_t n, int rounded, float *out) {
     (void)gate, (void)up, (void)n, (void)rounded, (void)out;
+}
+
+void trt_kv_add_rms_norm(const float *a, const float *b, size_t rows, size_t d, int round_sum,
+                         float eps, const float *w, int round_normed, int round_out, float *total,
+                         float *out, float *scratch) {
+    (void)a, (void)b, (void)rows, (void)d, (void)round_sum, (void)eps, (void)w;
+    (void)round_normed, (void)round_out, (void)total, (void)out, (void)scratch;
 }
 
 #endif

@@ -55,6 +55,7 @@ class Chain:
     rounded: int
     replaced: frozenset[str]
     width: int = 0  # D, the last axis RMSNorm reduces (static)
+    at: str = ""  # the layer whose step the chain's takes ("": output_layer's)
 
 
 def find(network: object) -> list[Chain]:
@@ -64,7 +65,9 @@ def find(network: object) -> list[Chain]:
         return []
     found = []
     for layer in list(g.layers.values()):
-        chain = _rms_norm(g, layer) or _swiglu(g, layer) or _scale(g, layer)
+        chain = _rms_norm(g, layer)
+        chain = chain and _with_residual(g, chain)
+        chain = chain or _swiglu(g, layer) or _scale(g, layer)
         if chain is not None:
             found.append(chain)
     return found
@@ -105,15 +108,20 @@ def _rms_norm(g: LayerGraph, div: object) -> Chain | None:
         or mean.axes != 1 << (rank - 1)
         or not _is(square, _EW.PROD)
         or (square.get_input(0).name, square.get_input(1).name) != (x, x)
-        or sorted(r.name for r in g.readers.get(x, [])) != sorted([square.name] * 2 + [div.name])
-        or x in g.outputs
         or width < 1
         or not _float(square, mean, add, sqrt, div)
     ):
         return None
     replaced, source = {square.name, mean.name, add.name, sqrt.name, div.name}, (square.name, 0)
-    cast = g.producer.get(x)
-    if cast is not None and cast.type == L.CAST and cast.get_input(0).dtype in _ROUNDS:
+    cast = g.producer.get(x)  # the cast to float32 joins where only the chain reads it
+    alone = sorted(r.name for r in g.readers.get(x, [])) == sorted([square.name] * 2 + [div.name])
+    if (
+        cast is not None
+        and cast.type == L.CAST
+        and cast.get_input(0).dtype in _ROUNDS
+        and alone
+        and x not in g.outputs
+    ):
         replaced.add(cast.name)
         source = (cast.name, 0)
     out, rounded, weight = div, 0, None
@@ -133,6 +141,19 @@ def _rms_norm(g: LayerGraph, div: object) -> Chain | None:
     consts = (eps.name, weight)
     replaced.discard(out.name)
     return Chain("rms_norm", out.name, (source,), consts, rounded, frozenset(replaced), width)
+
+
+def _with_residual(g: LayerGraph, c: Chain) -> Chain:
+    """The RMSNorm ``c`` with the residual add that gives its input, where an element-wise SUM
+    does (float16 or float32): one step at the add's place, giving the sum (its other
+    readers', the residual stream) and the norm; else ``c`` as it is."""
+    layer, j = c.sources[0]
+    add = g.producer.get(g.layers[layer].get_input(j).name)
+    if not _is(add, _EW.SUM) or add.get_output(0).dtype not in _ROUNDS:
+        return c
+    rounded = c.rounded | _ROUNDS[add.get_output(0).dtype] << 2
+    sources = ((add.name, 0), (add.name, 1))
+    return replace(c, kind="add_rms_norm", sources=sources, rounded=rounded, at=add.name)
 
 
 def _swiglu(g: LayerGraph, sigmoid: object) -> Chain | None:
@@ -202,23 +223,23 @@ def apply(steps: list, chains: list[Chain], compute: np.dtype) -> list:
     value = lambda name: steps[by_name[name]].kernel.fn(())  # noqa: E731 (a constant's)
     fused, dropped = {}, set()
     for c in chains:
-        layers = (*c.replaced, c.output_layer, *(n for n in c.constants if n is not None))
-        taken = dropped | set(fused)
-        if not all(name in by_name for name in layers) or taken & {*c.replaced, c.output_layer}:
+        at = c.at or c.output_layer
+        mine = {*c.replaced, c.output_layer, at}
+        layers = (*mine, *(n for n in c.constants if n is not None))
+        if not all(name in by_name for name in layers) or (dropped | set(fused)) & mine:
             continue
         inputs = tuple(steps[by_name[layer]].inputs[j] for layer, j in c.sources)
-        fused[c.output_layer] = (
-            inputs,
-            _kernel(c, [None if n is None else value(n) for n in c.constants]),
-        )
-        dropped |= c.replaced
+        names = dict.fromkeys(steps[by_name[n]].outputs[0][0] for n in (at, c.output_layer))
+        kernel = _kernel(c, [None if n is None else value(n) for n in c.constants])
+        fused[at] = (inputs, kernel, tuple(names))
+        dropped |= mine - {at}
     out = []
     for step in steps:
         if step.layer in dropped:
             continue
         if step.layer in fused:
-            inputs, kernel = fused[step.layer]
-            outputs = ((step.outputs[0][0], identity),)  # rounded by the kernel itself
+            inputs, kernel, names = fused[step.layer]
+            outputs = tuple((name, identity) for name in names)  # rounded by the kernel
             step = replace(step, kernel=kernel, inputs=inputs, outputs=outputs)
         out.append(step)
     return out
@@ -228,6 +249,8 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
     """The chain's step: the usual arrays (C-contiguous float32, the weight's width) straight
     to the helper, with the weight's address and the scratch taken once; anything else
     through :func:`rms_norm` / :func:`swiglu`, which check it."""
+    if c.kind == "add_rms_norm":
+        return _add_norm_kernel(c, constants)
     if c.kind == "scale":
         factor = np.float32(np.asarray(constants[0], np.float32).reshape(()))
 
@@ -267,11 +290,43 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
     return Kernel(run)
 
 
+def _add_norm_kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
+    """The residual add and its RMSNorm (:func:`_kernel`'s RMSNorm after ``a + b``): returns
+    ``(sum, norm)``; arrays of two shapes (a broadcast add) add in NumPy first."""
+    eps = float(np.asarray(constants[0], np.float32).reshape(()))
+    w = None if constants[1] is None else np.ascontiguousarray(constants[1], _F32).reshape(-1)
+    scratch = np.empty(c.width, _F32)
+    held = (w, scratch)  # alive as long as the step: the helper reads them by address
+    at = (0 if w is None else w.ctypes.data, scratch.ctypes.data)
+    flags = (c.rounded >> 2 & 1, eps, at[0], c.rounded & 1, c.rounded >> 1 & 1)
+    call = native.LIB.trt_kv_add_rms_norm
+
+    def run(x: list, _held: tuple = held) -> tuple[np.ndarray, np.ndarray]:
+        COUNTS["rms_norm"] += 1
+        a, b = x[0], x[1]
+        usual = type(a) is type(b) is np.ndarray and a.dtype == b.dtype == _F32
+        if not (usual and a.shape == b.shape and a.shape[-1:] == (c.width,)):
+            total = np.add(a, b, dtype=_F32)
+            total = half.round_any(total) if flags[0] else total
+            return total, rms_norm(total, eps, w, c.rounded & 3)
+        a, b = contiguous_aligned(a), contiguous_aligned(b)
+        total, out = np.empty(a.shape, _F32), np.empty(a.shape, _F32)
+        if a.size:
+            rows = a.size // c.width
+            call(address(a), address(b), rows, c.width, *flags, address(total), address(out), at[1])
+        return total, out
+
+    return Kernel(run)
+
+
 _F32 = np.dtype(np.float32)
 if native.LIB is not None:
     _P, _N, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
     native.LIB.trt_kv_rms_norm.argtypes = [_P, _N, _N, ctypes.c_float, _P, _I, _I, _P, _P]
     native.LIB.trt_kv_swiglu.argtypes = [_P, _P, _N, _I, _P]
+    native.LIB.trt_kv_add_rms_norm.argtypes = [_P, _P, _N, _N, _I, ctypes.c_float, _P, _I, _I]
+    native.LIB.trt_kv_add_rms_norm.argtypes += [_P, _P, _P]
+    native.LIB.trt_kv_add_rms_norm.restype = None
     native.LIB.trt_kv_rms_norm.restype = native.LIB.trt_kv_swiglu.restype = None
 
 
