@@ -34,10 +34,9 @@ def test_a_read_only_arrays_address_is_kept_while_it_lives_and_no_longer():
 
 
 def test_a_new_array_at_a_freed_arrays_place_gets_its_own_address():
-    seen = set()
+    held = len(buffers._HELD)  # other tests' plans may still hold theirs
     for n in range(1, 200):  # ids are reused as arrays come and go
         a = _read_only(n)
         assert buffers.address(a) == a.ctypes.data
-        seen.add(id(a))
         del a
-    assert len(buffers._HELD) < 10  # entries left with their arrays
+    assert len(buffers._HELD) - held < 10  # entries left with their arrays
