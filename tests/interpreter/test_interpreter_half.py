@@ -347,6 +347,8 @@ def _stand_in(ready: int, digest: str) -> str:
         "void trt_kv_rope_float32(void) {}\nvoid trt_kv_sigmoid_float32(void) {}\n"
         "int trt_kv_blocks_product(void) { return 0; }\n"
         "int trt_kv_blocks_panels(void) { return 0; }\n"
+        "void trt_kv_rms_norm(void) {}\nvoid trt_kv_add_rms_norm(void) {}\n"
+        "void trt_kv_swiglu(void) {}\n"
     )
 
 

@@ -1310,6 +1310,15 @@ CHAIN static float pairwise_sum(const float *a, size_t n) {
     return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
 }
 
+/* out = a * b [n] (out may be a or b), rounded to float16 when round_half. */
+CHAIN static void multiply(const float *a, const float *b, float *out, size_t n, int round_half) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++) out[i] = a[i] * b[i];
+    if (round_half) trt_kv_round_float16(out, out, n);
+}
+
 /* RMSNorm of the rows of x [rows, d] into out (may not be x), as the network's layers compute
  * it: s = x * x; mean = sum(s) / d (NumPy's pairwise sum, the quotient in float64 rounded
  * once, as np.mean); r = sqrt(mean + eps); y = x / r, rounded to float16 when round_normed;
@@ -1319,12 +1328,8 @@ CHAIN void trt_kv_rms_norm(const float *x, size_t rows, size_t d, float eps, con
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * d;
         float *o = out + r * d;
-        size_t i = 0;
-        for (; i + 8 <= d; i += 8) {
-            __m256 v = _mm256_loadu_ps(xr + i);
-            _mm256_storeu_ps(scratch + i, _mm256_mul_ps(v, v));
-        }
-        for (; i < d; i++) scratch[i] = xr[i] * xr[i];
+        size_t i;
+        multiply(xr, xr, scratch, d, 0);
         float mean = (float)((double)pairwise_sum(scratch, d) / (double)d);
         float rms = sqrtf(mean + eps);
         const __m256 by = _mm256_set1_ps(rms);
@@ -1332,11 +1337,7 @@ CHAIN void trt_kv_rms_norm(const float *x, size_t rows, size_t d, float eps, con
             _mm256_storeu_ps(o + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), by));
         for (; i < d; i++) o[i] = xr[i] / rms;
         if (round_normed) trt_kv_round_float16(o, o, d);
-        if (!w) continue;
-        for (i = 0; i + 8 <= d; i += 8)
-            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), _mm256_loadu_ps(w + i)));
-        for (; i < d; i++) o[i] = o[i] * w[i];
-        if (round_out) trt_kv_round_float16(o, o, d);
+        if (w) multiply(o, w, o, d, round_out);
     }
 }
 
@@ -1359,15 +1360,8 @@ CHAIN void trt_kv_add_rms_norm(const float *a, const float *b, size_t rows, size
 CHAIN void trt_kv_swiglu(const float *gate, const float *up, size_t n, int rounded, float *out) {
     trt_kv_sigmoid_float32(gate, out, n);
     if (rounded & 1) trt_kv_round_float16(out, out, n);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(out + i)));
-    for (; i < n; i++) out[i] = gate[i] * out[i];
-    if (rounded & 2) trt_kv_round_float16(out, out, n);
-    for (i = 0; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(out + i), _mm256_loadu_ps(up + i)));
-    for (; i < n; i++) out[i] = out[i] * up[i];
-    if (rounded & 4) trt_kv_round_float16(out, out, n);
+    multiply(gate, out, out, n, rounded & 2);
+    multiply(out, up, out, n, rounded & 4);
 }
 
 #else /* another processor or compiler: half.py keeps its NumPy recipes */

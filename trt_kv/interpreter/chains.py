@@ -6,23 +6,24 @@ NumPy call and a float16 rounding when run one by one (~60 us an RMSNorm in a de
 - **RMSNorm** as a network states it (``trt_kv.models.llama.norm_mlp.rms_norm``): ``X`` (``x``
   cast to float32), ``X * X``, AVG over the last axis (kept), ``+ eps``, SQRT, ``X / r``, then
   optionally a cast to the activation dtype and ``* weight`` (a constant ``[1, .., 1, D]``);
+  with the residual add that gives ``x``, where one does (the sum is an output of the step
+  too: the residual stream others read);
 - **SwiGLU**: SIGMOID of ``gate``, ``gate * s``, ``* up``;
 - **a scale**: ``x`` cast to float32, times a one-element constant, cast back (the query's
   ``1/sqrt(H)`` before attention, 3 steps as 1; NumPy's multiply, then the rounding).
 
 :func:`find` recognises them in a network, :func:`apply` replaces their steps by one step
-(:func:`rms_norm`, :func:`swiglu`):
+(the helper's, as :func:`rms_norm` and :func:`swiglu` call it):
 the same float32 operations in the same order (the mean as NumPy's pairwise sum divided in
 float64, as ``np.mean``), each float16 boundary rounded where the network declares it. The
 values are those of the steps run one by one, within one float16 rounding where NumPy's sum
 order or its ``exp`` (SwiGLU's SIGMOID takes the helper's, as a fast plan does from 4096
 elements) differ. Only in a float32 plan with the helper built, and only where every tensor
-inside the chain is read by the chain alone.
+inside the chain (the residual sum aside) is read by the chain alone.
 """
 
 from __future__ import annotations
 
-import ctypes
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -267,19 +268,14 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
             return swiglu(x[0], x[1], c.rounded)
 
         return Kernel(glu)
-    eps = float(np.asarray(constants[0], np.float32).reshape(()))
-    w = None if constants[1] is None else np.ascontiguousarray(constants[1], _F32).reshape(-1)
-    scratch = np.empty(c.width, _F32)
-    held = (w, scratch)  # alive as long as the step: the helper reads them by address
-    at = (0 if w is None else w.ctypes.data, scratch.ctypes.data)
+    eps, w, held, at = _norm_constants(c, constants)
     normed, weighted, call = c.rounded & 1, c.rounded >> 1 & 1, native.LIB.trt_kv_rms_norm
 
     def run(x: list, _held: tuple = held) -> np.ndarray:
         COUNTS["rms_norm"] += 1
         a = x[0]
-        if type(a) is not np.ndarray or a.dtype != _F32 or a.shape[-1:] != (c.width,):
-            return rms_norm(a, eps, w, c.rounded)
-        if not (a.flags.c_contiguous and a.flags.aligned):
+        usual = type(a) is np.ndarray and a.dtype == _F32 and a.shape[-1:] == (c.width,)
+        if not (usual and a.flags.c_contiguous and a.flags.aligned):
             return rms_norm(a, eps, w, c.rounded)
         out = np.empty(a.shape, _F32)
         if a.size:
@@ -290,14 +286,19 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
     return Kernel(run)
 
 
-def _add_norm_kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
-    """The residual add and its RMSNorm (:func:`_kernel`'s RMSNorm after ``a + b``): returns
-    ``(sum, norm)``; arrays of two shapes (a broadcast add) add in NumPy first."""
+def _norm_constants(c: Chain, constants: list[np.ndarray | None]) -> tuple:
+    """An RMSNorm chain's ``eps``, weight ``[D]`` (or None), the arrays its step must hold
+    (the helper reads them by address: the weight and a scratch row) and their addresses."""
     eps = float(np.asarray(constants[0], np.float32).reshape(()))
     w = None if constants[1] is None else np.ascontiguousarray(constants[1], _F32).reshape(-1)
     scratch = np.empty(c.width, _F32)
-    held = (w, scratch)  # alive as long as the step: the helper reads them by address
-    at = (0 if w is None else w.ctypes.data, scratch.ctypes.data)
+    return eps, w, (w, scratch), (0 if w is None else w.ctypes.data, scratch.ctypes.data)
+
+
+def _add_norm_kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
+    """The residual add and its RMSNorm (:func:`_kernel`'s RMSNorm after ``a + b``): returns
+    ``(sum, norm)``; arrays of two shapes (a broadcast add) add in NumPy first."""
+    eps, w, held, at = _norm_constants(c, constants)
     flags = (c.rounded >> 2 & 1, eps, at[0], c.rounded & 1, c.rounded >> 1 & 1)
     call = native.LIB.trt_kv_add_rms_norm
 
@@ -320,14 +321,6 @@ def _add_norm_kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
 
 
 _F32 = np.dtype(np.float32)
-if native.LIB is not None:
-    _P, _N, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
-    native.LIB.trt_kv_rms_norm.argtypes = [_P, _N, _N, ctypes.c_float, _P, _I, _I, _P, _P]
-    native.LIB.trt_kv_swiglu.argtypes = [_P, _P, _N, _I, _P]
-    native.LIB.trt_kv_add_rms_norm.argtypes = [_P, _P, _N, _N, _I, ctypes.c_float, _P, _I, _I]
-    native.LIB.trt_kv_add_rms_norm.argtypes += [_P, _P, _P]
-    native.LIB.trt_kv_add_rms_norm.restype = None
-    native.LIB.trt_kv_rms_norm.restype = native.LIB.trt_kv_swiglu.restype = None
 
 
 def rms_norm(x: np.ndarray, eps: float, w: np.ndarray | None, rounded: int) -> np.ndarray:

@@ -72,6 +72,7 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             wide, attention = lib.trt_kv_native_wide, lib.trt_kv_attention_float32
             rope, sigmoid = lib.trt_kv_rope_float32, lib.trt_kv_sigmoid_float32
             blocks = (lib.trt_kv_blocks_product, lib.trt_kv_blocks_panels)
+            chains = (lib.trt_kv_rms_norm, lib.trt_kv_add_rms_norm, lib.trt_kv_swiglu)
         except (OSError, AttributeError):  # not loadable; a library without our symbols
             continue
         for fn in (*products, *panels):
@@ -83,7 +84,14 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         for fn in blocks:
             fn.argtypes = [pointer, ctypes.c_int, *[size] * 3, *[pointer] * 3, size, pointer]
             fn.argtypes += [size, ctypes.c_int]
+        flag, single = ctypes.c_int, ctypes.c_float  # the chains (trt_kv.interpreter.chains)
+        chains[0].argtypes = [pointer, size, size, single, pointer, flag, flag, pointer, pointer]
+        chains[1].argtypes = [pointer, pointer, size, size, flag, single, pointer, flag, flag]
+        chains[1].argtypes += [pointer] * 3
+        chains[2].argtypes = [pointer, pointer, size, flag, pointer]
         for fn in (lib.trt_kv_round_float16, lib.trt_kv_widen_float16, *products, rope, sigmoid):
+            fn.restype = None
+        for fn in chains:
             fn.restype = None
         for fn in (*panels, wide, attention, *blocks):
             fn.restype = ctypes.c_int

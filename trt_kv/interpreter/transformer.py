@@ -141,9 +141,8 @@ def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
 
 def _fits(starts: Array, last: int) -> bool:
     """Every start in ``[0, last]`` (one sequence: its element read, no reductions)."""
-    if starts.size == 1:
-        return 0 <= int(starts[0]) <= last
-    return int(starts.min()) >= 0 and int(starts.max()) <= last
+    low, high = native.bounds(starts)
+    return low >= 0 and high <= last
 
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
