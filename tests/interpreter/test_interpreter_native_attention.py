@@ -270,3 +270,17 @@ def test_native_attention_runs_only_where_it_pays():
     assert not pays(q, k, k, np.zeros((1, 1, 128, 128), np.float32), f32)  # additive mask
     assert not pays(q, k[:1], k[:1], None, f32)  # K and V broadcast over the batch
     assert not pays(q.astype(np.float64), k, k, None, np.dtype(np.float64))
+
+
+@pytest.mark.parametrize("sq", [1, 12])
+def test_keys_reads_the_first_keys_of_whole_caches_as_their_window(sq):
+    """``keys=n`` over caches of 40 rows (NaN past n, never read): the bits of the call on
+    the windows ``[:, :, :n]``; a count past the caches' rows is refused."""
+    q, k, v, mask, lengths = _case(2, 9, 3, sq, 30, 64, s_max=40, seed=sq)
+    caches = [a.base if a.base is not None else a for a in (k, v)]
+    assert caches[0].shape[2] == 40 and np.isnan(caches[0][..., 30:, :]).all()
+    keep = _keep(q, k, mask, lengths)
+    whole = native.attention(q, *caches, keep, 0.125, keys=30)
+    np.testing.assert_array_equal(whole, native.attention(q, k, v, keep, 0.125))
+    with pytest.raises(ShapeError, match=r"^keys: expected in \[0, 40\], got 41"):
+        native.attention(q, *caches, keep, 0.125, keys=41)

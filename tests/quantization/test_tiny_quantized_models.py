@@ -90,3 +90,22 @@ def test_tiny_model_of_each_type_runs_fused_within_the_float16_networks_own_dist
     top = np.abs(exact).max()
     assert np.abs(fused - exact).max() <= 4 * np.abs(plain - exact).max() + 2**-11 * top
     assert np.array_equal(fused.argmax(-1), exact.argmax(-1))
+
+
+def test_products_of_one_input_run_as_one_step_giving_each_its_columns():
+    """The fast plan of a kept network runs Q/K/V as one step with three outputs and
+    gate/up as one with two (each output a member's columns of one product, named as the
+    member's own output was); O and down stay steps of one output."""
+    weights = random_weights(CONFIG, seed=7)
+    for name, w in list(to_hf_tensors(weights).items()):
+        if name.startswith("model.layers.") and w.ndim == 2:
+            weights.quantized[name] = _matrix("Q4_1", w.shape)
+    net = _network(weights, "float16", "keep").network
+    plan = compile_network(net)
+    kinds = ("_units.", "_columns.")  # fused.py's kernels: one product, stacked products
+    products = [s for s in plan._steps if s.kernel.fn.__qualname__.startswith(kinds)]
+    assert sorted(len(s.outputs) for s in products) == [1, 1, 2, 3]
+    produced = {name for s in plan._steps for name, _ in s.outputs}
+    read = {name for s in plan._steps for name, _ in s.inputs}
+    assert {name for s in products for name, _ in s.outputs} <= read  # each output is read
+    assert len(produced) == sum(len(s.outputs) for s in plan._steps)  # each made once

@@ -35,10 +35,13 @@ def address(a: np.ndarray) -> int:
     exports one (writeable, C-contiguous); a read-only array's (a plan's constants and
     weights, read on every step) is remembered while the array lives; else ``a.ctypes.data``
     (~3 us, ~5 after the failed export: what each constant cost on every call before)."""
-    if a.flags.writeable:
+    flags = a.flags
+    if flags.writeable:
+        if not flags.c_contiguous:  # no buffer to export (a window of a cache, say)
+            return a.ctypes.data
         try:
             return ctypes.addressof(_BYTE.from_buffer(a))
-        except (TypeError, ValueError, BufferError):  # not C-contiguous
+        except (TypeError, ValueError, BufferError):  # another reason: the general way
             return a.ctypes.data
     held = _HELD.get(id(a))
     if held is not None and held[0]() is a:

@@ -17,6 +17,7 @@ float16 values (a float32 network's K-quant scales, say) keeps the network's lay
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -185,16 +186,19 @@ def apply(steps: list, matches: list[Match]) -> list:
     groups: dict[str, list[str]] = {}
     for name, ((x, _), _, _) in fused.items():
         groups.setdefault(x, []).append(name)
-    runs: dict[str, tuple[Callable, Callable]] = {}
-    for names in groups.values():
-        runs |= _group_runs([(n, fused[n][1], fused[n][2]) for n in names])
+    units: dict[str, Unit] = {}
+    for names in groups.values():  # each unit's step takes its first member's place
+        names = sorted(names, key=by_name.__getitem__)  # in the order the steps run
+        for unit in _units([(n, fused[n][1], fused[n][2]) for n in names]):
+            units[unit[0][0]] = unit
+    dropped |= {name for names, _, _ in units.values() for name in names[1:]}
     out = []
     for step in steps:
         if step.layer in dropped:
             continue
-        if step.layer in fused:
-            run, finish = runs[step.layer]
-            outputs = ((step.outputs[0][0], finish),)
+        if step.layer in units:
+            names, run, finishers = units[step.layer]
+            outputs = tuple((steps[by_name[n]].outputs[0][0], f) for n, f in zip(names, finishers))
             inputs = (fused[step.layer][0],)
             step = replace(step, kernel=Kernel(run), inputs=inputs, outputs=outputs)
         out.append(step)
@@ -202,48 +206,41 @@ def apply(steps: list, matches: list[Match]) -> list:
 
 
 Member = tuple[str, BlockWeight, Callable]  # (output layer, weight, output rounding)
+Unit = tuple[tuple[str, ...], Callable, tuple[Callable, ...]]  # (members, kernel, finishers)
 
 
-def _group_runs(members: list[Member]) -> dict[str, tuple[Callable, Callable]]:
-    """Each member's kernel and output finisher: the members that stack (same K, bits, block,
-    offsets or not) share one product of their stacked weights, each taking its columns;
-    where they round their outputs alike (float16: one finisher), the product is rounded once
-    as a whole and each column is taken as it is."""
-    runs: dict[str, tuple[Callable, Callable]] = {}
+def _units(members: list[Member]) -> list[Unit]:
+    """The steps of the products of one input (``members`` in layer order): those that stack
+    (same K, bits, block, offsets or not) as one step, one product of their stacked weights
+    giving each member's columns as its output (Q/K/V, gate/up); where they round their
+    outputs alike (float16: one finisher), the product is rounded once as a whole and each
+    column is taken as it is. A member that stacks with none is a step of its own."""
+    units: list[Unit] = []
     left = list(members)
     while left:
         (first, w, finish), rest = left[0], left[1:]
         together = [left[0]] + [m for m in rest if w.joins(m[1])]
         left = [m for m in rest if not w.joins(m[1])]
         if len(together) == 1:
-            runs[first] = (lambda x, w=w: products.block_product(x[0], w)), finish
+            units.append(((first,), lambda x, w=w: products.block_product(x[0], w), (finish,)))
             continue
         alike = all(m[2] is finish for m in together)
-        shared = _Shared(w.stacked([v for _, v, _ in together[1:]]), finish if alike else identity)
-        lo = 0
-        for name, v, own in together:
-            runs[name] = shared.columns(lo, lo + v.shape[0]), identity if alike else own
-            lo += v.shape[0]
-    return runs
+        stacked = w.stacked([v for _, v, _ in together[1:]])
+        edges = np.cumsum([0] + [v.shape[0] for _, v, _ in together]).tolist()
+        run = _columns(stacked, finish if alike else identity, list(itertools.pairwise(edges)))
+        finishers = tuple(identity if alike else m[2] for m in together)
+        units.append((tuple(m[0] for m in together), run, finishers))
+    return units
 
 
-class _Shared:
-    """One product of stacked weights for the input last seen, rounded as its members' outputs
-    are (``finish``), its columns served to each member (the input held and its values kept,
-    as layout's shared products do)."""
+def _columns(weight: BlockWeight, finish: Callable, bounds: list[tuple[int, int]]) -> Callable:
+    """The kernel of stacked products: ``x @ weight^T`` (rounded by ``finish``) -> each
+    member's columns ``[lo, hi)``, a view of the one product."""
+    finish = None if finish is identity else finish
 
-    def __init__(self, weight: BlockWeight, finish: Callable) -> None:
-        self.weight = weight
-        self.finish = None if finish is identity else finish
-        self.last: tuple[np.ndarray | None, ...] = (None, None, None)
+    def run(x: list) -> tuple[np.ndarray, ...]:
+        y = products.block_product(x[0], weight)
+        y = y if finish is None else finish(y)
+        return tuple(y[..., lo:hi] for lo, hi in bounds)
 
-    def columns(self, lo: int, hi: int) -> Callable:
-        def run(x: list) -> np.ndarray:
-            a, last = x[0], self.last
-            if last[0] is not a or not np.array_equal(last[1], a):
-                y = products.block_product(a, self.weight)
-                y = y if self.finish is None else self.finish(y)
-                last = self.last = (a, a.copy(), y)
-            return last[2][..., lo:hi]
-
-        return run
+    return run

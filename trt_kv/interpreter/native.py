@@ -224,7 +224,12 @@ _WIDE_PANELS = {_F16: "trt_kv_panels_wide_float16", _F32: "trt_kv_panels_wide_fl
 
 
 def attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, scale: float
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    keep: np.ndarray,
+    scale: float,
+    keys: int | None = None,
 ) -> np.ndarray:
     """Softmax attention of float32 ``q [B, Nq, Sq, H]`` against ``k``, ``v [B, Nkv, n, H]``
     (GQA: Nq a multiple of Nkv; windows of a cache are read where they lie) with ``keep``
@@ -238,6 +243,8 @@ def attention(
     key a block's rows see. Up to 4 query rows a KV head (a decode step: Nq / Nkv x Sq), each
     key row is read where it lies instead of transposed first (~1.1-1.9x faster than NumPy's
     passes, 32 to 4096 keys). A row's result does not depend on the other sequences of B.
+    ``keys``: only the first ``keys`` of k's and v's n are read (default all: a cache read
+    in place, not sliced).
 
     Raises:
         DTypeError: q, k or v not float32, or keep not bool.
@@ -255,7 +262,9 @@ def attention(
                 "q, k, v", "[B, Nq, Sq, H], [B, Nkv, n, H] x 2", "", (q.shape, k.shape, v.shape)
             )
         )
-    n = k.shape[2]
+    n = k.shape[2] if keys is None else keys
+    if not 0 <= n <= k.shape[2]:
+        raise ShapeError(mismatch("keys", "in", f"[0, {k.shape[2]}]", keys))
     heads = nq if keep.ndim == 4 and keep.shape[1] == nq > 1 else 1
     if keep.shape != (b, heads, sq, n):  # (broadcast_to costs ~4 us: a decode step's tenth)
         try:
@@ -264,21 +273,26 @@ def attention(
             raise ShapeError(
                 mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
             ) from None
-    q, keep = contiguous_aligned(q), np.ascontiguousarray(keep).view(np.uint8)
+    q, keep = contiguous_aligned(q), np.ascontiguousarray(keep)  # bool: a byte, 0 or 1
     if (
         k.strides != v.strides
         or k.strides[3] != k.itemsize
         or not (k.flags.aligned and v.flags.aligned)
     ):
         k, v = contiguous_aligned(k), contiguous_aligned(v)
-    strides = (ctypes.c_size_t * 3)(*[s // k.itemsize for s in k.strides[:3]])
+    strides = _STRIDES.get(k.strides) or _STRIDES.setdefault(
+        k.strides, (ctypes.c_size_t * 3)(*[s // k.itemsize for s in k.strides[:3]])
+    )
     out = np.empty(q.shape, _F32)
     if out.size and LIB.trt_kv_attention_float32(
-        address(q), b, nq, sq, h, k.ctypes.data, v.ctypes.data, nkv, n, strides,
+        address(q), b, nq, sq, h, address(k), address(v), nkv, n, strides,
         address(keep), heads, float(scale), address(out),
     ):  # fmt: skip
         raise MemoryError(f"attention of q {q.shape}: no memory for the keys transposed")
     return out
+
+
+_STRIDES: dict[tuple[int, ...], ctypes.Array] = {}  # k's strides -> the helper's (~2 us each)
 
 
 def rope(

@@ -15,6 +15,7 @@ from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, ShapeError, mismatch
 from trt_kv.interpreter import half, native, products
 from trt_kv.interpreter.half import widen_to
+from trt_kv.interpreter.memo import Memo, frozen
 from trt_kv.interpreter.products import Route, Weight
 from trt_kv.interpreter.registry import (
     Array,
@@ -251,16 +252,14 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
         if not (q_packed or kv_packed):
             if ctx.fast:
-                n = _keys_seen(k.shape[2], mask, kv_len, causal)
+                shape = (k.shape[2], q.shape[0], q.shape[2], causal)
+                n, keep = _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
+                if keep is not None and _native_attention_pays(q, k, v, mask, compute, n):
+                    if k.dtype != compute:  # the window widened, not the whole cache
+                        k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
+                    return native.attention(q, k, v, keep, scale=1.0, keys=n)
                 k, v = k[:, :, :n], v[:, :, :n]
                 mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
-                if _native_attention_pays(q, k, v, mask, compute):
-                    keep = mask  # what causal_keep keeps for no causal kind and no lengths: all
-                    if causal != "none" or kv_len is not None or mask is None:
-                        keep = ops.causal_keep(q.shape[2], n, causal, kv_len, q.shape[0])
-                        keep = keep if mask is None else keep & mask
-                    k, v = widen_to(k, compute), widen_to(v, compute)
-                    return native.attention(q, k, v, keep, scale=1.0)
                 if q.size // q.shape[-1] * n > _LARGE_SCORES and q.shape[1] % k.shape[1] == 0:
                     return _per_sequence_and_head(attend, q, k, v, mask, kv_len)
             return attend(q, k, v, mask=mask, kv_lengths=kv_len)
@@ -282,8 +281,27 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
     return Kernel(run, raw_inputs=frozenset({1, 2}) if ctx.fast else frozenset())
 
 
+_SEEN = Memo()  # a step's (keys read, keep mask): the same for each of its attention layers
+
+
+def _seen(
+    skv: int, b: int, sq: int, causal: str, mask: Array | None, kv_len: Array | None
+) -> tuple[int, Array | None]:
+    """``(n, keep)``: the keys attention reads (:func:`_keys_seen`) and, for a bool mask or
+    none, the bool keep mask ``[B, 1 or Nq, Sq, n]`` of the native attention (the causal kind
+    and lengths, and the mask); None for an additive mask."""
+    n = _keys_seen(skv, mask, kv_len, causal)
+    if mask is not None and mask.dtype != np.bool_:
+        return n, None
+    keep = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
+    if causal != "none" or kv_len is not None or mask is None:  # else the mask keeps what it says
+        kept = ops.causal_keep(sq, n, causal, kv_len, b)
+        keep = kept if keep is None else kept & keep
+    return n, frozen(keep)
+
+
 def _native_attention_pays(
-    q: Array, k: Array, v: Array, mask: Array | None, compute: np.dtype
+    q: Array, k: Array, v: Array, mask: Array | None, compute: np.dtype, n: int | None = None
 ) -> bool:
     """Whether the native helper's attention (:func:`~trt_kv.interpreter.native.attention`)
     runs this call: float32, a bool mask or none, K and V of q's batch and H (no broadcast
@@ -298,8 +316,9 @@ def _native_attention_pays(
       up to its last key: a causal chunk's first half reads half the keys).
 
     Anything between (a few rows per KV head more than a decode step's, chunks deep into a
-    long context) keeps NumPy's products, which are faster there (~1.4-1.8x at 2048 keys)."""
-    sq, n = q.shape[2], k.shape[2]
+    long context) keeps NumPy's products, which are faster there (~1.4-1.8x at 2048 keys).
+    ``n``: the keys it reads (default all of k's)."""
+    sq, n = q.shape[2], k.shape[2] if n is None else n
     return (
         half.NATIVE
         and compute == np.float32
