@@ -19,7 +19,7 @@ from tests.quantization.test_quantized_weights import EXACT, _stored
 from trt_kv import dtypes
 from trt_kv.builder import create_network
 from trt_kv.checkpoints.gguf_blocks import keep_quantized
-from trt_kv.interpreter import blocks, compile_network, native, products
+from trt_kv.interpreter import blocks, compile_network, half, native, products
 from trt_kv.interpreter.blocks import BlockWeight
 from trt_kv.interpreter.products import Route, Weight, choose, multiply
 from trt_kv.models.layers.graph import Graph
@@ -85,6 +85,27 @@ def test_helper_block_products_are_the_float64_product_within_float32_rounding(
             assert (np.abs(one - expected) <= bound).all(), (wide, panels)
             for threads in (2, 3):
                 assert np.array_equal(run(threads).view(np.uint32), one.view(np.uint32))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 130])
+def test_a_product_rounded_in_its_call_is_the_product_rounded_after(rows, monkeypatch):
+    """``rounded``: the float16 values a float16 network's product is rounded to, in the
+    helper's call (few rows, panels; 1 and 2 threads) or after NumPy's fallback, the bits of
+    the unrounded product's :func:`~trt_kv.interpreter.half.round_any`."""
+    require_compiled_helper()
+    w = _weight(4, 32, True)
+    x = (RNG.standard_normal((rows, w.shape[1])) * 40).astype(np.float32)  # past float16's 2^-14
+    for threads in (1, 2):
+        monkeypatch.setattr(products, "_threads", [threads])
+        plain = products.block_product(x, w)
+        rounded = products.block_product(x, w, rounded=True)
+        assert not np.array_equal(plain, rounded)
+        assert np.array_equal(rounded.view(np.uint32), half.round_any(plain).view(np.uint32))
+    monkeypatch.setattr(products.half, "NATIVE", False)
+    before = blocks.COUNTS["block_numpy"]
+    fallback = products.block_product(x, w, rounded=True)
+    assert blocks.COUNTS["block_numpy"] == before + 1
+    np.testing.assert_array_equal(fallback, half.round_any(products.block_product(x, w)))
 
 
 @pytest.mark.parametrize(("bits", "block", "offsets"), FORMS[:3] + FORMS[5:6])

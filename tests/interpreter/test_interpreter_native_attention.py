@@ -18,7 +18,7 @@ from tests.support.interpreter_support import rand
 from tests.support.tiny_models import TINY_GQA
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import compile_network, native, transformer
+from trt_kv.interpreter import attention, compile_network, native
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.reference import ops
 
@@ -261,7 +261,7 @@ def test_prefill_chunks_run_native_attention_and_agree_with_the_plain_plan(
 def test_native_attention_runs_only_where_it_pays():
     q, k = rand(2, 9, 128, 64), rand(2, 3, 128, 64)
     f32 = np.dtype(np.float32)
-    pays = transformer._native_attention_pays
+    pays = attention._native_attention_pays
     assert pays(q, k, k, None, f32)
     deep = rand(2, 3, 1024, 64)
     assert pays(q[:, :, :1], k, k, None, f32) and pays(q[:, :, :1], deep, deep, None, f32)

@@ -18,6 +18,7 @@ from tests.quantization.test_quantized_weights import _HAND_BUILT, EXACT, _store
 from tests.support.tiny_models import tiny_llama
 from trt_kv.checkpoints.gguf_blocks import keep_quantized
 from trt_kv.interpreter import blocks, compile_network
+from trt_kv.interpreter.program import identity
 from trt_kv.models.llama import build_llama_network
 from trt_kv.models.llama.weights import _from_named, random_weights, to_hf_tensors
 
@@ -95,7 +96,8 @@ def test_tiny_model_of_each_type_runs_fused_within_the_float16_networks_own_dist
 def test_products_of_one_input_run_as_one_step_giving_each_its_columns():
     """The fast plan of a kept network runs Q/K/V as one step with three outputs and
     gate/up as one with two (each output a member's columns of one product, named as the
-    member's own output was); O and down stay steps of one output."""
+    member's own output was); O and down stay steps of one output. Each product is rounded
+    to float16 values in the helper's call: no finisher rounds it again."""
     weights = random_weights(CONFIG, seed=7)
     for name, w in list(to_hf_tensors(weights).items()):
         if name.startswith("model.layers.") and w.ndim == 2:
@@ -105,6 +107,7 @@ def test_products_of_one_input_run_as_one_step_giving_each_its_columns():
     kinds = ("_units.", "_columns.")  # fused.py's kernels: one product, stacked products
     products = [s for s in plan._steps if s.kernel.fn.__qualname__.startswith(kinds)]
     assert sorted(len(s.outputs) for s in products) == [1, 1, 2, 3]
+    assert all(f is identity for s in products for _, f in s.outputs)  # rounded in the call
     produced = {name for s in plan._steps for name, _ in s.outputs}
     read = {name for s in plan._steps for name, _ in s.inputs}
     assert {name for s in products for name, _ in s.outputs} <= read  # each output is read

@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 11 /* change with any signature in this file */
+#define SIGNATURES 12 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -1202,17 +1202,20 @@ static float *block_sums(const float *x, size_t rows, size_t k, size_t block) {
 }
 
 /* out [rows, n] = x [rows, k] @ w^T for w held in blocks (see above), on up to threads
- * threads, AVX-512 where wide (and the processor has it); returns 0, or -1 (nothing
- * written) without memory for the block sums. */
+ * threads, AVX-512 where wide (and the processor has it), rounded to float16 values where
+ * round_half (a float16 network's product: no second call to round it); returns 0, or -1
+ * (nothing written) without memory for the block sums. */
 F16C int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
                                const uint16_t *scales, const uint16_t *offsets, const float *x,
-                               size_t rows, float *out, size_t threads, int wide) {
+                               size_t rows, float *out, size_t threads, int wide,
+                               int round_half) {
     blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, NULL, 0};
     float *sums = NULL;
     if ((offsets || bits == 4) && !(sums = block_sums(x, rows, k, block))) return -1;
     j.sums = sums;
     parallel(wide ? block_rows_wide : block_rows, &j, n, 16, part_rows(k / 4, 16), threads);
     free(sums);
+    if (round_half) trt_kv_round_float16(out, out, rows * n);
     return 0;
 }
 
@@ -1261,7 +1264,7 @@ BLOCK_PANELS(block_panels_wide, WIDE, panels_wide, WIDE_W, 2)
 /* As trt_kv_blocks_product for many rows (a prefill chunk); -1: no memory for the panels. */
 F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
                               const uint16_t *scales, const uint16_t *offsets, const float *x,
-                              size_t rows, float *out, size_t threads, int wide) {
+                              size_t rows, float *out, size_t threads, int wide, int round_half) {
     size_t panels = (rows + PANEL - 1) / PANEL;
     float *packed = malloc(panels * PANEL * k * sizeof(float) + 1);
     void *probe = malloc(WIDE_W * k * sizeof(float) + 2 * (k / block) * sizeof(float) + 1);
@@ -1275,6 +1278,7 @@ F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k
     size_t unit = wide ? WIDE_W : PANEL_W;
     parallel(wide ? block_panels_wide : block_panels, &j, n, unit, part_rows(k, unit), threads);
     free(packed);
+    if (round_half) trt_kv_round_float16(out, out, rows * n);
     return 0;
 }
 
@@ -1433,17 +1437,17 @@ void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) { (void)x, (void
 
 int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
                           const uint16_t *scales, const uint16_t *offsets, const float *x,
-                          size_t rows, float *out, size_t threads, int wide) {
+                          size_t rows, float *out, size_t threads, int wide, int round_half) {
     (void)codes, (void)bits, (void)n, (void)k, (void)block, (void)scales, (void)offsets;
-    (void)x, (void)rows, (void)out, (void)threads, (void)wide;
+    (void)x, (void)rows, (void)out, (void)threads, (void)wide, (void)round_half;
     return -1;
 }
 
 int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
                          const uint16_t *scales, const uint16_t *offsets, const float *x,
-                         size_t rows, float *out, size_t threads, int wide) {
+                         size_t rows, float *out, size_t threads, int wide, int round_half) {
     return trt_kv_blocks_product(codes, bits, n, k, block, scales, offsets, x, rows, out,
-                                 threads, wide);
+                                 threads, wide, round_half);
 }
 
 

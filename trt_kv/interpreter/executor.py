@@ -27,6 +27,7 @@ from trt_kv.errors import (
     mismatch,
 )
 from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
+    attention,
     chains,
     elementwise,
     fused,

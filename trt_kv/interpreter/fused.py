@@ -25,7 +25,7 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.errors import TrtKvError
-from trt_kv.interpreter import products
+from trt_kv.interpreter import half, products
 from trt_kv.interpreter.blocks import BlockWeight
 from trt_kv.interpreter.graph import L as _L
 from trt_kv.interpreter.graph import LayerGraph, product_of_transposed
@@ -221,25 +221,31 @@ def _units(members: list[Member]) -> list[Unit]:
         (first, w, finish), rest = left[0], left[1:]
         together = [left[0]] + [m for m in rest if w.joins(m[1])]
         left = [m for m in rest if not w.joins(m[1])]
-        if len(together) == 1:
-            units.append(((first,), lambda x, w=w: products.block_product(x[0], w), (finish,)))
-            continue
         alike = all(m[2] is finish for m in together)
+        rounded = alike and finish is half.round_any  # rounded by the helper, in its call
+        finishers = tuple(identity if alike else m[2] for m in together)
+        if len(together) == 1:
+            run = lambda x, w=w, r=rounded: products.block_product(x[0], w, r)  # noqa: E731
+            units.append(((first,), run, (identity if rounded else finish,)))
+            continue
         stacked = w.stacked([v for _, v, _ in together[1:]])
         edges = np.cumsum([0] + [v.shape[0] for _, v, _ in together]).tolist()
-        run = _columns(stacked, finish if alike else identity, list(itertools.pairwise(edges)))
-        finishers = tuple(identity if alike else m[2] for m in together)
+        finish = identity if rounded or not alike else finish
+        run = _columns(stacked, rounded, finish, list(itertools.pairwise(edges)))
         units.append((tuple(m[0] for m in together), run, finishers))
     return units
 
 
-def _columns(weight: BlockWeight, finish: Callable, bounds: list[tuple[int, int]]) -> Callable:
-    """The kernel of stacked products: ``x @ weight^T`` (rounded by ``finish``) -> each
-    member's columns ``[lo, hi)``, a view of the one product."""
+def _columns(
+    weight: BlockWeight, rounded: bool, finish: Callable, bounds: list[tuple[int, int]]
+) -> Callable:
+    """The kernel of stacked products: ``x @ weight^T`` (rounded to float16 values in the
+    helper's call, or by ``finish``) -> each member's columns ``[lo, hi)``, a view of the one
+    product."""
     finish = None if finish is identity else finish
 
     def run(x: list) -> tuple[np.ndarray, ...]:
-        y = products.block_product(x[0], weight)
+        y = products.block_product(x[0], weight, rounded)
         y = y if finish is None else finish(y)
         return tuple(y[..., lo:hi] for lo, hi in bounds)
 

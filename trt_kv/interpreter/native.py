@@ -25,7 +25,7 @@ import numpy as np
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 
-SIGNATURES = 11  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 12  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -83,7 +83,7 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         sigmoid.argtypes = [pointer, pointer, size]
         for fn in blocks:
             fn.argtypes = [pointer, ctypes.c_int, *[size] * 3, *[pointer] * 3, size, pointer]
-            fn.argtypes += [size, ctypes.c_int]
+            fn.argtypes += [size, ctypes.c_int, ctypes.c_int]
         flag, single = ctypes.c_int, ctypes.c_float  # the chains (trt_kv.interpreter.chains)
         chains[0].argtypes = [pointer, size, size, single, pointer, flag, flag, pointer, pointer]
         chains[1].argtypes = [pointer, pointer, size, size, flag, single, pointer, flag, flag]
@@ -369,6 +369,7 @@ def block_product(
     threads: int = 1,
     panels: bool = False,
     wide: bool = WIDE,
+    rounded: bool = False,
 ) -> np.ndarray:
     """``x [M, K] @ w^T`` -> float32 ``[M, N]`` for a weight held in blocks
     (:class:`~trt_kv.interpreter.blocks.BlockWeight`: ``codes`` uint8 ``[N, K / 2]`` for
@@ -376,7 +377,9 @@ def block_product(
     read where it lies: ``w = d * code + o``. ``panels``: many rows (a prefill chunk), each
     weight tile dequantized then multiplied as :func:`panel_product`; else each element
     ``d . (codes . x)`` per block plus ``o . (x summed per block)``. The weight rows are split
-    across ``threads`` (never K: the same bits for any count); ``wide``: AVX-512.
+    across ``threads`` (never K: the same bits for any count); ``wide``: AVX-512;
+    ``rounded``: the result rounded to float16 values (:func:`round_float16`'s bits) in the
+    same call.
 
     Raises:
         MemoryError: no memory for the call's scratch; nothing is computed.
@@ -391,6 +394,7 @@ def block_product(
         if fn(
             address(codes), bits, n, k, block, address(scales), where,
             address(x), x.shape[0], address(out), max(1, threads), int(wide and WIDE),
+            int(rounded),
         ):  # fmt: skip
             raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
     return out

@@ -181,15 +181,18 @@ def choose(
     return _FEW_ROWS if rows <= FEW_ROWS and dtype == _F32 else _BLAS
 
 
-def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight) -> Array:
+def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight, rounded: bool = False) -> Array:
     """``x [M, K] @ w^T`` -> ``[M, N]`` for ``w [N, K]`` by ``route`` (ROW_DOTS: one row; the
-    BLOCK routes: ``w`` a :class:`~trt_kv.interpreter.blocks.BlockWeight`, ``x`` float32)."""
+    BLOCK routes: ``w`` a :class:`~trt_kv.interpreter.blocks.BlockWeight`, ``x`` float32,
+    and ``rounded``: the result rounded to float16 values, in the helper's call)."""
     if route in _BLOCK_ROUTES:
         blocks.COUNTS[route.value] += 1
         if route is _BLOCK_NUMPY:
-            return blocks.numpy_product(x, w)
+            y = blocks.numpy_product(x, w)
+            return half.round_any(y) if rounded else y
+        panels = route is _BLOCK_PANELS
         return native.block_product(
-            w.codes, w.bits, w.block, w.scales, w.offsets, x, _threads[0], route is _BLOCK_PANELS
+            w.codes, w.bits, w.block, w.scales, w.offsets, x, _threads[0], panels, rounded=rounded
         )
     if route is _NATIVE:
         return native.product(x, w, threads=_threads[0])
@@ -204,12 +207,13 @@ def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight) -> Array:
     return x @ w.T
 
 
-def block_product(x: Array, w: blocks.BlockWeight) -> Array:
+def block_product(x: Array, w: blocks.BlockWeight, rounded: bool = False) -> Array:
     """``x [..., K] @ w^T`` -> float32 ``[..., N]`` for a weight kept in blocks, float32 (or
-    float16) rows, by the BLOCKS routes (:func:`choose`)."""
+    float16) rows, by the BLOCKS routes (:func:`choose`); ``rounded``: rounded to float16
+    values (a float16 network's product: :func:`~trt_kv.interpreter.half.round_any`'s bits)."""
     rows = np.asarray(x, dtype=_F32).reshape(-1, x.shape[-1])
     route = choose(_BLOCKS, rows.shape[0], *w.shape, _F32, _F32)
-    return multiply(route, rows, w).reshape(*x.shape[:-1], w.shape[0])
+    return multiply(route, rows, w, rounded).reshape(*x.shape[:-1], w.shape[0])
 
 
 def stored_product(a: Array, b: Array) -> Array:
