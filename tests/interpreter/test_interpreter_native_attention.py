@@ -18,7 +18,7 @@ from tests.support.interpreter_support import rand
 from tests.support.tiny_models import TINY_GQA
 from trt_kv.builder.model_caches import cache_names
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import attention, compile_network, native
+from trt_kv.interpreter import attention, compile_network, half, native
 from trt_kv.models.llama import build_llama_network, random_weights
 from trt_kv.reference import ops
 
@@ -284,3 +284,14 @@ def test_keys_reads_the_first_keys_of_whole_caches_as_their_window(sq):
     np.testing.assert_array_equal(whole, native.attention(q, k, v, keep, 0.125))
     with pytest.raises(ShapeError, match=r"^keys: expected in \[0, 40\], got 41"):
         native.attention(q, *caches, keep, 0.125, keys=41)
+
+
+@pytest.mark.parametrize("sq", [1, 12])
+def test_rounded_is_the_result_rounded_to_float16_in_the_call(sq):
+    """``rounded``: a float16 network's attention output, the bits of round_any after."""
+    q, k, v, mask, lengths = _case(2, 9, 3, sq, 30, 64, seed=sq + 1)
+    keep = _keep(q, k, mask, lengths)
+    plain = native.attention(q, k, v, keep, 0.125)
+    rounded = native.attention(q, k, v, keep, 0.125, rounded=True)
+    assert not np.array_equal(plain, rounded)
+    np.testing.assert_array_equal(rounded.view(np.uint32), half.round_any(plain).view(np.uint32))

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from tests.interpreter.test_interpreter_half import require_compiled_helper
-from tests.support.interpreter_support import rand
+from tests.support.interpreter_support import Net, rand
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import native, transformer
+from trt_kv.interpreter import compile_network, native, transformer
+from trt_kv.interpreter.program import identity
 from trt_kv.reference import ops
 
 
@@ -101,3 +102,28 @@ def test_the_fast_plan_leaves_positions_past_the_table_to_the_reference():
     assert transformer._native_rope_fits(x, cos, cos, np.array([[0, 1, 3]]))
     assert not transformer._native_rope_fits(x, cos, cos, np.array([[0, 1, 4]]))
     assert not transformer._native_rope_fits(x.astype(np.float64), cos, cos, np.array([[0]]))
+
+
+def test_a_float16_layer_is_rounded_in_the_helpers_call_and_reads_changed_positions():
+    """A float16 RoPE layer: the fast plan runs its kernel's rounding variant (no finisher),
+    the bits of the float32 reference rounded to float16; a positions array the caller
+    changes in place between runs is read anew (the table rows derived once a step are
+    keyed by the positions' bytes)."""
+    net = Net()
+    x16 = (rand(1, 3, 2, 16, seed=8) * 30).astype(np.float16)
+    cos, sin = rand(12, 8, seed=9).astype(np.float16), rand(12, 8, seed=10).astype(np.float16)
+    layer = net.network.add_rotary_embedding(
+        net.input("x", "float16", x16.shape), net.const(cos), net.const(sin), False, 0
+    )
+    layer.set_input(3, net.input("pos", "int64", (1, 2)))
+    net.mark(layer.get_output(0))
+    plan = compile_network(net.network)
+    (step,) = [s for s in plan._steps if s.layer == layer.name]
+    assert step.outputs[0][1] is identity and step.kernel.fn is step.kernel.halves
+    positions = np.array([[3, 4]], np.int64)
+    for at in ([3, 4], [-1, 0], [11, 2]):
+        positions[0] = at  # the same array, other values
+        out = plan.run({"x": x16, "pos": positions})["out"]
+        wide = [a.astype(np.float32) for a in (x16, cos, sin)]
+        expected = ops.apply_rope(wide[0], wide[1], wide[2], positions).astype(np.float16)
+        np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))

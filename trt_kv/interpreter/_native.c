@@ -824,11 +824,12 @@ DIRECT_SCORES(direct_scores_3, 3)
 DIRECT_SCORES(direct_scores_4, 4)
 
 /* trt_kv_attention_float32: see above. kv_strides: k's and v's batch, head and row strides in
- * elements. Returns 0, or -1 (nothing written) when its scratch memory cannot be had. */
+ * elements; round_half: out rounded to float16 values (a float16 network's attention output).
+ * Returns 0, or -1 (nothing written) when its scratch memory cannot be had. */
 F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
                                   const float *k, const float *v, size_t nkv, size_t n,
                                   const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
-                                  float scale, float *out) {
+                                  float scale, float *out, int round_half) {
     size_t n16 = (n + 15) / 16 * 16, group = nq / nkv, rows = group * sq; /* keys padded to 16 */
     int direct = rows <= ATT_ROWS; /* a decode step: the keys read where they lie */
     size_t kt_size = direct ? h : h * n16; /* direct: one row of zeros (direct_scores) */
@@ -905,6 +906,7 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
             }
         }
     free(kt), free(pad);
+    if (round_half) trt_kv_round_float16(out, out, b * nq * sq * h);
     return 0;
 }
 
@@ -913,11 +915,12 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
  * r elements of each row of x [B, N, S, H] (contiguous), the rest copied; c and s the rows
  * positions[b, s] of the tables cos, sin [P, r / 2]. Each product is rounded, then the sum
  * (no fused multiply-add: the barrier below keeps the compiler from fusing them).
- * interleaved: pairs (x[2i], x[2i + 1]) instead of (x[i], x[i + r / 2]). */
+ * interleaved: pairs (x[2i], x[2i + 1]) instead of (x[i], x[i + r / 2]). round_half: out
+ * rounded to float16 values (a float16 network's RoPE output). */
 #define UNFUSED(v) __asm__("" : "+x"(v))
 F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t h, size_t r,
                               const float *cos, const float *sin, const int64_t *positions,
-                              int interleaved, float *out) {
+                              int interleaved, float *out, int round_half) {
     size_t half = r / 2;
     for (size_t bi = 0; bi < b; bi++)
         for (size_t n = 0; n < nh; n++)
@@ -949,6 +952,7 @@ F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, si
                 }
                 for (size_t j = r; j < h; j++) o[j] = xr[j];
             }
+    if (round_half) trt_kv_round_float16(out, out, b * nh * sq * h);
 }
 
 /* Products against weights kept quantized (trt_kv/interpreter/blocks.py): out [rows, n] =
@@ -1420,17 +1424,17 @@ int trt_kv_panels_wide_float32(const float *w, size_t n, size_t k, const float *
 int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
                              const float *k, const float *v, size_t nkv, size_t n,
                              const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
-                             float scale, float *out) {
+                             float scale, float *out, int round_half) {
     (void)q, (void)b, (void)nq, (void)sq, (void)h, (void)k, (void)v, (void)nkv, (void)n;
-    (void)kv_strides, (void)keep, (void)keep_heads, (void)scale, (void)out;
+    (void)kv_strides, (void)keep, (void)keep_heads, (void)scale, (void)out, (void)round_half;
     return -1;
 }
 
 void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t h, size_t r,
                          const float *cos, const float *sin, const int64_t *positions,
-                         int interleaved, float *out) {
+                         int interleaved, float *out, int round_half) {
     (void)x, (void)b, (void)nh, (void)sq, (void)h, (void)r, (void)cos, (void)sin;
-    (void)positions, (void)interleaved, (void)out;
+    (void)positions, (void)interleaved, (void)out, (void)round_half;
 }
 
 void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) { (void)x, (void)y, (void)n; }

@@ -104,21 +104,27 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         k, v = widen_to(k, compute), widen_to(v, compute)
         return ops.attention(q, k, v, causal=causal, scale=1.0, scores_product=scores, **kw)
 
-    def run(x: Inputs) -> Array:
+    def run(x: Inputs, rounded: bool = False) -> Array:
         q, k, v = x[0], x[1], x[2]
         mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
+        if ctx.fast and not (q_packed or kv_packed):
+            shape = (k.shape[2], q.shape[0], q.shape[2], causal)
+            n, keep = _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
+            if keep is not None and _native_attention_pays(q, k, v, mask, compute, n):
+                if k.dtype != compute:  # the window widened, not the whole cache
+                    k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
+                return native.attention(q, k, v, keep, scale=1.0, keys=n, rounded=rounded)
+            k, v = k[:, :, :n], v[:, :, :n]
+            mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
+        out = rest(q, k, v, mask, q_len, kv_len)
+        return half.round_any(out) if rounded else out
+
+    def rest(q: Array, k: Array, v: Array, mask: Array | None, q_len: Array | None,
+             kv_len: Array | None) -> Array:  # fmt: skip
         if not (q_packed or kv_packed):
-            if ctx.fast:
-                shape = (k.shape[2], q.shape[0], q.shape[2], causal)
-                n, keep = _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
-                if keep is not None and _native_attention_pays(q, k, v, mask, compute, n):
-                    if k.dtype != compute:  # the window widened, not the whole cache
-                        k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
-                    return native.attention(q, k, v, keep, scale=1.0, keys=n)
-                k, v = k[:, :, :n], v[:, :, :n]
-                mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
-                if q.size // q.shape[-1] * n > _LARGE_SCORES and q.shape[1] % k.shape[1] == 0:
-                    return _per_sequence_and_head(attend, q, k, v, mask, kv_len)
+            large = ctx.fast and q.size // q.shape[-1] * k.shape[2] > _LARGE_SCORES
+            if large and q.shape[1] % k.shape[1] == 0:
+                return _per_sequence_and_head(attend, q, k, v, mask, kv_len)
             return attend(q, k, v, mask=mask, kv_lengths=kv_len)
         batch = len(kv_len) - 1 if kv_packed else k.shape[0]
         qs = _unpack(q, q_len) if q_packed else [q[b : b + 1] for b in range(batch)]
@@ -135,7 +141,8 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
             return np.concatenate([o[0].transpose(1, 0, 2) for o in outs], axis=0)
         return np.concatenate(outs, axis=0)
 
-    return Kernel(run, raw_inputs=frozenset({1, 2}) if ctx.fast else frozenset())
+    raw = frozenset({1, 2}) if ctx.fast else frozenset()
+    return Kernel(run, raw_inputs=raw, halves=lambda x: run(x, rounded=True))
 
 
 _SEEN = Memo()  # a step's (keys read, keep mask): the same for each of its attention layers

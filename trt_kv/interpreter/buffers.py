@@ -1,5 +1,6 @@
-"""Arrays as the compiled helper reads them: their dtype checked, contiguous and aligned, and
-the address of their first element (the helper's functions take raw pointers)."""
+"""Arrays as the compiled helper reads them: their dtype checked, contiguous and aligned, the
+address of their first element (the helper's functions take raw pointers), and the bounds of
+an index array (checked before C reads past a table)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,12 @@ def address(a: np.ndarray) -> int:
 def _forget(key: int) -> object:
     """The weak reference's callback: the entry of ``key`` goes with its array."""
     return lambda _: _HELD.pop(key, None)
+
+
+def bounds(a: np.ndarray) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty integer array as Python ints (one element, a decode
+    step's position: read, not reduced twice)."""
+    if a.size == 1:
+        value = int(a.reshape(-1)[0])
+        return value, value
+    return int(a.min()), int(a.max())

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
-from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
+from trt_kv.interpreter.buffers import address, bounds, contiguous_aligned, expect_dtype
 
 SIGNATURES = 12  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
@@ -78,8 +78,9 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         for fn in (*products, *panels):
             fn.argtypes = [pointer, size, size, pointer, size, pointer, size]
         attention.argtypes = [pointer, *[size] * 4, pointer, pointer, size, size, pointer]
-        attention.argtypes += [pointer, size, ctypes.c_float, pointer]
+        attention.argtypes += [pointer, size, ctypes.c_float, pointer, ctypes.c_int]
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
+        rope.argtypes += [ctypes.c_int]
         sigmoid.argtypes = [pointer, pointer, size]
         for fn in blocks:
             fn.argtypes = [pointer, ctypes.c_int, *[size] * 3, *[pointer] * 3, size, pointer]
@@ -230,6 +231,7 @@ def attention(
     keep: np.ndarray,
     scale: float,
     keys: int | None = None,
+    rounded: bool = False,
 ) -> np.ndarray:
     """Softmax attention of float32 ``q [B, Nq, Sq, H]`` against ``k``, ``v [B, Nkv, n, H]``
     (GQA: Nq a multiple of Nkv; windows of a cache are read where they lie) with ``keep``
@@ -244,7 +246,7 @@ def attention(
     key row is read where it lies instead of transposed first (~1.1-1.9x faster than NumPy's
     passes, 32 to 4096 keys). A row's result does not depend on the other sequences of B.
     ``keys``: only the first ``keys`` of k's and v's n are read (default all: a cache read
-    in place, not sliced).
+    in place, not sliced); ``rounded``: the result rounded to float16 values in the call.
 
     Raises:
         DTypeError: q, k or v not float32, or keep not bool.
@@ -286,7 +288,7 @@ def attention(
     out = np.empty(q.shape, _F32)
     if out.size and LIB.trt_kv_attention_float32(
         address(q), b, nq, sq, h, address(k), address(v), nkv, n, strides,
-        address(keep), heads, float(scale), address(out),
+        address(keep), heads, float(scale), address(out), int(rounded),
     ):  # fmt: skip
         raise MemoryError(f"attention of q {q.shape}: no memory for the keys transposed")
     return out
@@ -302,11 +304,12 @@ def rope(
     positions: np.ndarray,
     rotary_dim: int | None = None,
     interleaved: bool = False,
+    rounded: bool = False,
 ) -> np.ndarray:
     """:func:`trt_kv.reference.ops.apply_rope` of float32 ``x [B, N, S, H]`` with float32
     tables ``cos``, ``sin [P, R/2]`` at ``positions [B, S]`` (each in ``[-P, P)``, negative
     from the end as NumPy indexes), bit for bit: each product rounded, then their sum, in one
-    pass over x instead of six.
+    pass over x instead of six; ``rounded``: the result rounded to float16 values in the call.
 
     Raises:
         DTypeError: x, cos or sin not float32.
@@ -333,18 +336,9 @@ def rope(
     if out.size:
         LIB.trt_kv_rope_float32(
             address(x), *x.shape, r, address(cos), address(sin), address(rows),
-            int(interleaved), address(out),
+            int(interleaved), address(out), int(rounded),
         )  # fmt: skip
     return out
-
-
-def bounds(a: np.ndarray) -> tuple[int, int]:
-    """``(min, max)`` of a non-empty integer array as Python ints (one element, a decode
-    step's position: read, not reduced twice)."""
-    if a.size == 1:
-        value = int(a.reshape(-1)[0])
-        return value, value
-    return int(a.min()), int(a.max())
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -37,7 +37,10 @@ class Kernel:
     declared in the output's dtype, a fast plan skips the rounding, which would change nothing.
     ``linear`` says the layer is ``input0 @ input1^T`` over the last two axes (a matrix
     multiply with ops NONE, TRANSPOSE), which a fast plan may run together with the other
-    products of the same input 0 (see :mod:`trt_kv.interpreter.layout`).
+    products of the same input 0 (see :mod:`trt_kv.interpreter.layout`). ``halves``, where
+    given, is ``fn`` with its one output rounded to float16 values (round_any's bits) in the
+    same call: a fast float32 plan runs it for an output declared float16 instead of ``fn``
+    and a rounding of its own (the compiled helper rounds where it computes).
     """
 
     fn: KernelFn
@@ -46,6 +49,7 @@ class Kernel:
     rounded: bool = False
     moves: bool = False
     linear: bool = False
+    halves: KernelFn | None = None
 
 
 @dataclass(frozen=True)

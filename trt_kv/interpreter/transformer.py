@@ -13,6 +13,8 @@ from trt_kv import _trt
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.interpreter import half, native
+from trt_kv.interpreter.buffers import bounds
+from trt_kv.interpreter.memo import Memo, frozen
 from trt_kv.interpreter.registry import (
     Array,
     Context,
@@ -41,34 +43,51 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
     dim = int(layer.rotary_embedding_dim) or None
     fast = ctx.fast
 
-    def run(x: Inputs) -> Array:
+    def run(x: Inputs, rounded: bool = False) -> Array:
         data, cos, sin = x[0], x[1], x[2]
         positions = arg(x, 3)
         if positions is None:  # per-token rows: index them by a running position id
             b, _, s, _ = data.shape
             cos, sin = cos.reshape(b * s, -1), sin.reshape(b * s, -1)
             positions = np.arange(b * s).reshape(b, s)
-        if fast and _native_rope_fits(data, cos, sin, positions):
-            return native.rope(data, cos, sin, positions, dim, interleaved)  # the same bits
-        return ops.apply_rope(data, cos, sin, positions, dim, interleaved)
+        if fast and _native_rope_takes(data, cos, sin):
+            p = cos.shape[0] if cos.ndim == 2 else 0
+            rows = _ROWS.get((positions,), (p,), lambda: _table_rows(positions, p))
+            if rows is not None:  # the same bits
+                return native.rope(data, cos, sin, rows, dim, interleaved, rounded=rounded)
+        out = ops.apply_rope(data, cos, sin, positions, dim, interleaved)
+        return half.round_any(out) if rounded else out
 
-    return run
+    return Kernel(run, halves=lambda x: run(x, rounded=True))
+
+
+_ROWS = Memo()  # a step's table rows: the same for each of its RoPE layers (Q and K, each layer)
+
+
+def _native_rope_takes(data: Array, cos: Array, sin: Array) -> bool:
+    """Whether :func:`~trt_kv.interpreter.native.rope` takes these rows and tables (float32
+    rows ``[B, N, S, H]`` and tables): ~5x faster than NumPy's passes, the same bits."""
+    return half.NATIVE and data.ndim == 4 and data.dtype == cos.dtype == sin.dtype == np.float32
+
+
+def _table_rows(positions: Array, p: int) -> Array | None:
+    """The rows of ``p``-row tables that ``positions`` read (a negative one from the end, as
+    NumPy indexes), int64 and read-only; None where there are none or one is outside
+    ``[-p, p)`` (the reference's RoPE then raises its own error)."""
+    if not positions.size or positions.dtype.kind not in "iu":
+        return None
+    low, high = bounds(positions)
+    if not -p <= low <= high < p:
+        return None
+    rows = np.where(positions < 0, positions + p, positions) if low < 0 else positions
+    return frozen(np.asarray(rows, dtype=np.int64))
 
 
 def _native_rope_fits(data: Array, cos: Array, sin: Array, positions: Array) -> bool:
-    """Whether :func:`~trt_kv.interpreter.native.rope` computes this RoPE (float32 rows and
-    tables, positions within the tables): ~5x faster than NumPy's passes, the same bits.
-    Anything else (an out-of-range position included) goes to the reference's RoPE."""
+    """Whether the native RoPE computes this call: :func:`_native_rope_takes` and positions
+    within the tables. Anything else goes to the reference's RoPE."""
     p = cos.shape[0] if cos.ndim == 2 else 0
-    if not (
-        half.NATIVE
-        and data.ndim == 4
-        and data.dtype == cos.dtype == sin.dtype == np.float32
-        and positions.size > 0
-    ):
-        return False
-    low, high = native.bounds(positions)
-    return -p <= low and high < p
+    return _native_rope_takes(data, cos, sin) and _table_rows(positions, p) is not None
 
 
 def _cache_update(packed: bool, fast: bool) -> Kernel:
@@ -124,7 +143,7 @@ def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
 
 def _fits(starts: Array, last: int) -> bool:
     """Every start in ``[0, last]`` (one sequence: its element read, no reductions)."""
-    low, high = native.bounds(starts)
+    low, high = bounds(starts)
     return low >= 0 and high <= last
 
 
