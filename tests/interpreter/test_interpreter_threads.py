@@ -1,6 +1,6 @@
-"""The interpreter's products on several threads: the weight rows (N) split across them,
-never K, so every count gives the same bits (``--threads 1`` included); the default count,
-defined once in build_defaults."""
+"""The interpreter's products and attention on several threads: the weight rows (N), or the
+(sequence, KV head) pairs, split across them, never K, so every count gives the same bits
+(``--threads 1`` included); the default count, defined once in build_defaults."""
 
 from __future__ import annotations
 
@@ -49,6 +49,20 @@ def test_block_products_give_the_same_bits_call_after_call_whatever_the_count():
     for call in range(120):
         count = (2, 3, 7, 1, 2)[call % 5]
         assert np.array_equal(native.block_product(*args, threads=count), one), (call, count)
+
+
+@pytest.mark.parametrize(("b", "sq", "n"), [(1, 1, 300), (3, 1, 700), (2, 9, 40), (3, 20, 260)])
+def test_attention_gives_the_same_bits_on_any_thread_count(b, sq, n):
+    """The (sequence, KV head) pairs split across threads (decode steps, one or three
+    sequences; prefill-like chunks): every count gives the bits of one thread, every row
+    written (a part is at least ATT_WORK multiply-adds: the small call runs alone)."""
+    require_compiled_helper()
+    q, k, v = rand(b, 9, sq, 64, seed=7), rand(b, 3, n, 64, seed=8), rand(b, 3, n, 64, seed=9)
+    keep = np.random.default_rng(10).random((b, 1, sq, n)) < 0.9
+    one = native.attention(q, k, v, keep, 0.125, threads=1)
+    assert np.isfinite(one).all()
+    for count in (2, 3, 7, 2):
+        assert np.array_equal(native.attention(q, k, v, keep, 0.125, threads=count), one)
 
 
 @pytest.fixture

@@ -823,89 +823,124 @@ DIRECT_SCORES(direct_scores_2, 2)
 DIRECT_SCORES(direct_scores_3, 3)
 DIRECT_SCORES(direct_scores_4, 4)
 
-/* trt_kv_attention_float32: see above. kv_strides: k's and v's batch, head and row strides in
- * elements; round_half: out rounded to float16 values (a float16 network's attention output).
- * Returns 0, or -1 (nothing written) when its scratch memory cannot be had. */
-F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
-                                  const float *k, const float *v, size_t nkv, size_t n,
-                                  const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
-                                  float scale, float *out, int round_half) {
-    size_t n16 = (n + 15) / 16 * 16, group = nq / nkv, rows = group * sq; /* keys padded to 16 */
+/* A call's operands, for the parts the pool runs: items (sequence, KV head), bi * nkv + hk. */
+typedef struct {
+    const float *q, *k, *v;
+    size_t nq, sq, h, nkv, n, group, rows;
+    const size_t *kv_strides;
+    const uint8_t *keep;
+    size_t keep_heads;
+    float scale, *out;
+    atomic_int failed; /* a part without memory for its scratch */
+} att_job;
+
+/* Items [lo, hi) of an attention call: each KV head of each sequence, its group's query rows
+ * in blocks of ATT_ROWS, with scratch of the part's own (the keys transposed, scores, keep
+ * bytes); a part that cannot have it computes nothing and marks the call failed. */
+F16C static void att_part(void *arg, size_t lo, size_t hi) {
+    att_job *job = arg;
+    const float *q = job->q, *k = job->k, *v = job->v;
+    const size_t nq = job->nq, sq = job->sq, h = job->h, nkv = job->nkv, n = job->n;
+    const size_t group = job->group, rows = job->rows, keep_heads = job->keep_heads;
+    const size_t *kv_strides = job->kv_strides;
+    const uint8_t *keep = job->keep;
+    const float scale = job->scale;
+    float *out = job->out;
+    size_t n16 = (n + 15) / 16 * 16; /* keys padded to 16 */
     int direct = rows <= ATT_ROWS; /* a decode step: the keys read where they lie */
     size_t kt_size = direct ? h : h * n16; /* direct: one row of zeros (direct_scores) */
     float *kt = calloc(kt_size + ATT_ROWS * n16 + 1, sizeof(float));
     uint8_t *pad = malloc((ATT_ROWS + 1) * n16 + 1), *any = pad + ATT_ROWS * n16;
     if (!kt || !pad) {
         free(kt), free(pad);
-        return -1;
+        atomic_store(&job->failed, 1);
+        return;
     }
     float *scores = kt + kt_size;
-    for (size_t bi = 0; bi < b; bi++)
-        for (size_t hk = 0; hk < nkv; hk++) {
-            const float *kb = k + bi * kv_strides[0] + hk * kv_strides[1];
-            const float *vb = v + bi * kv_strides[0] + hk * kv_strides[1];
-            if (!direct) transpose_keys(kb, kv_strides[2], n, h, kt, n16);
-            for (size_t r0 = 0; r0 < rows; r0 += ATT_ROWS) {
-                size_t count = rows - r0 < ATT_ROWS ? rows - r0 : ATT_ROWS, seen = 0;
-                const float *qr[ATT_ROWS];
-                const uint8_t *kr[ATT_ROWS];
-                float *orow[ATT_ROWS];
-                size_t last[ATT_ROWS];
-                for (size_t i = 0; i < ATT_ROWS; i++) {
-                    size_t r = r0 + (i < count ? i : 0), hq = hk * group + r / sq, s = r % sq;
-                    size_t row = (bi * nq + hq) * sq + s;
-                    qr[i] = q + row * h;
-                    orow[i] = out + row * h;
-                    kr[i] = keep + ((bi * keep_heads + (keep_heads > 1 ? hq : 0)) * sq + s) * n;
-                    size_t l = n;
-                    while (l && !kr[i][l - 1]) l--;
-                    last[i] = l;
-                    size_t l16 = (l + 15) / 16 * 16;
-                    seen = l16 > seen ? l16 : seen;
-                    /* the row's keep bytes, 0 up to the block's bound */
-                    memcpy(pad + i * n16, kr[i], l);
-                    memset(pad + i * n16 + l, 0, n16 - l);
-                }
-                size_t bound = 0;
-                for (size_t i = 0; i < count; i++) bound = last[i] > bound ? last[i] : bound;
-                for (size_t j = 0; j < bound; j++) { /* keys some row of the block sees */
-                    uint8_t seen_by = 0;
-                    for (size_t i = 0; i < count; i++) seen_by |= pad[i * n16 + j];
-                    any[j] = seen_by;
-                }
-                if (direct) {
-                    static void (*const by_rows[ATT_ROWS])(
-                        const float *const *, const float *, const float *, size_t,
-                        const uint8_t *, size_t, size_t, const float *, float *, size_t) = {
-                        direct_scores_1, direct_scores_2, direct_scores_3, direct_scores_4};
-                    by_rows[count - 1](qr, kb, vb, kv_strides[2], any, bound, h, kt, scores, n16);
-                    for (size_t i = 0; i < count; i++) /* past the last key: masked out */
-                        memset(scores + i * n16 + bound, 0, (seen - bound) * sizeof(float));
-                }
-                for (size_t j = 0; !direct && j < seen; j += 16) { /* 4 rows, 16 keys a step */
-                    __m256 acc[ATT_ROWS][2];
-                    for (int i = 0; i < ATT_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-                    for (size_t c = 0; c < h; c++) {
-                        __m256 k0 = _mm256_loadu_ps(kt + kt_at(j, c, h));
-                        __m256 k1 = _mm256_loadu_ps(kt + kt_at(j, c, h) + 8);
-                        _Pragma("GCC unroll 4") for (int i = 0; i < ATT_ROWS; i++) {
-                            __m256 x = _mm256_set1_ps(qr[i][c]);
-                            acc[i][0] = _mm256_fmadd_ps(x, k0, acc[i][0]);
-                            acc[i][1] = _mm256_fmadd_ps(x, k1, acc[i][1]);
-                        }
-                    }
-                    for (int i = 0; i < ATT_ROWS; i++) {
-                        _mm256_storeu_ps(scores + i * n16 + j, acc[i][0]);
-                        _mm256_storeu_ps(scores + i * n16 + j + 8, acc[i][1]);
-                    }
-                }
-                float total[ATT_ROWS];
-                for (size_t i = 0; i < count; i++)
-                    total[i] = softmax_row(scores + i * n16, pad + i * n16, seen, scale);
-                weigh_block(scores, n16, any, bound, vb, kv_strides[2], h, total, orow, count);
+    for (size_t item = lo; item < hi; item++) {
+        size_t bi = item / nkv, hk = item % nkv;
+        const float *kb = k + bi * kv_strides[0] + hk * kv_strides[1];
+        const float *vb = v + bi * kv_strides[0] + hk * kv_strides[1];
+        if (!direct) transpose_keys(kb, kv_strides[2], n, h, kt, n16);
+        for (size_t r0 = 0; r0 < rows; r0 += ATT_ROWS) {
+            size_t count = rows - r0 < ATT_ROWS ? rows - r0 : ATT_ROWS, seen = 0;
+            const float *qr[ATT_ROWS];
+            const uint8_t *kr[ATT_ROWS];
+            float *orow[ATT_ROWS];
+            size_t last[ATT_ROWS];
+            for (size_t i = 0; i < ATT_ROWS; i++) {
+                size_t r = r0 + (i < count ? i : 0), hq = hk * group + r / sq, s = r % sq;
+                size_t row = (bi * nq + hq) * sq + s;
+                qr[i] = q + row * h;
+                orow[i] = out + row * h;
+                kr[i] = keep + ((bi * keep_heads + (keep_heads > 1 ? hq : 0)) * sq + s) * n;
+                size_t l = n;
+                while (l && !kr[i][l - 1]) l--;
+                last[i] = l;
+                size_t l16 = (l + 15) / 16 * 16;
+                seen = l16 > seen ? l16 : seen;
+                /* the row's keep bytes, 0 up to the block's bound */
+                memcpy(pad + i * n16, kr[i], l);
+                memset(pad + i * n16 + l, 0, n16 - l);
             }
+            size_t bound = 0;
+            for (size_t i = 0; i < count; i++) bound = last[i] > bound ? last[i] : bound;
+            for (size_t j = 0; j < bound; j++) { /* keys some row of the block sees */
+                uint8_t seen_by = 0;
+                for (size_t i = 0; i < count; i++) seen_by |= pad[i * n16 + j];
+                any[j] = seen_by;
+            }
+            if (direct) {
+                static void (*const by_rows[ATT_ROWS])(
+                    const float *const *, const float *, const float *, size_t,
+                    const uint8_t *, size_t, size_t, const float *, float *, size_t) = {
+                    direct_scores_1, direct_scores_2, direct_scores_3, direct_scores_4};
+                by_rows[count - 1](qr, kb, vb, kv_strides[2], any, bound, h, kt, scores, n16);
+                for (size_t i = 0; i < count; i++) /* past the last key: masked out */
+                    memset(scores + i * n16 + bound, 0, (seen - bound) * sizeof(float));
+            }
+            for (size_t j = 0; !direct && j < seen; j += 16) { /* 4 rows, 16 keys a step */
+                __m256 acc[ATT_ROWS][2];
+                for (int i = 0; i < ATT_ROWS; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+                for (size_t c = 0; c < h; c++) {
+                    __m256 k0 = _mm256_loadu_ps(kt + kt_at(j, c, h));
+                    __m256 k1 = _mm256_loadu_ps(kt + kt_at(j, c, h) + 8);
+                    _Pragma("GCC unroll 4") for (int i = 0; i < ATT_ROWS; i++) {
+                        __m256 x = _mm256_set1_ps(qr[i][c]);
+                        acc[i][0] = _mm256_fmadd_ps(x, k0, acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(x, k1, acc[i][1]);
+                    }
+                }
+                for (int i = 0; i < ATT_ROWS; i++) {
+                    _mm256_storeu_ps(scores + i * n16 + j, acc[i][0]);
+                    _mm256_storeu_ps(scores + i * n16 + j + 8, acc[i][1]);
+                }
+            }
+            float total[ATT_ROWS];
+            for (size_t i = 0; i < count; i++)
+                total[i] = softmax_row(scores + i * n16, pad + i * n16, seen, scale);
+            weigh_block(scores, n16, any, bound, vb, kv_strides[2], h, total, orow, count);
         }
+    }
     free(kt), free(pad);
+}
+
+/* trt_kv_attention_float32: see above. kv_strides: k's and v's batch, head and row strides in
+ * elements; round_half: out rounded to float16 values (a float16 network's attention output).
+ * The (sequence, KV head) items split across up to threads threads (each row computed alike
+ * whichever thread takes it: the same bits for any count), a part no fewer than ATT_WORK
+ * multiply-adds. Returns 0, or -1 (out not all written) when scratch memory cannot be had. */
+#define ATT_WORK 32768 /* a part's least work (query rows x keys x H): ~10 us here */
+F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
+                                  const float *k, const float *v, size_t nkv, size_t n,
+                                  const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
+                                  float scale, float *out, int round_half, size_t threads) {
+    size_t group = nq / nkv, rows = group * sq, work = rows * n * h;
+    att_job job = {q, k, v, nq, sq, h, nkv, n, group, rows, kv_strides, keep, keep_heads,
+                   scale, out, 0};
+    size_t least = work ? (ATT_WORK + work - 1) / work : 1;
+    parallel(att_part, &job, b * nkv, 1, least, threads);
+    if (atomic_load(&job.failed)) return -1;
     if (round_half) trt_kv_round_float16(out, out, b * nq * sq * h);
     return 0;
 }
@@ -1424,9 +1459,10 @@ int trt_kv_panels_wide_float32(const float *w, size_t n, size_t k, const float *
 int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq, size_t h,
                              const float *k, const float *v, size_t nkv, size_t n,
                              const size_t *kv_strides, const uint8_t *keep, size_t keep_heads,
-                             float scale, float *out, int round_half) {
+                             float scale, float *out, int round_half, size_t threads) {
     (void)q, (void)b, (void)nq, (void)sq, (void)h, (void)k, (void)v, (void)nkv, (void)n;
     (void)kv_strides, (void)keep, (void)keep_heads, (void)scale, (void)out, (void)round_half;
+    (void)threads;
     return -1;
 }
 

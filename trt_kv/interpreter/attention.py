@@ -113,7 +113,9 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
             if keep is not None and _native_attention_pays(q, k, v, mask, compute, n):
                 if k.dtype != compute:  # the window widened, not the whole cache
                     k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
-                return native.attention(q, k, v, keep, scale=1.0, keys=n, rounded=rounded)
+                return native.attention(
+                    q, k, v, keep, 1.0, keys=n, rounded=rounded, threads=products.threads()
+                )
             k, v = k[:, :, :n], v[:, :, :n]
             mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
         out = rest(q, k, v, mask, q_len, kv_len)

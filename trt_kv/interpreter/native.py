@@ -78,7 +78,7 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         for fn in (*products, *panels):
             fn.argtypes = [pointer, size, size, pointer, size, pointer, size]
         attention.argtypes = [pointer, *[size] * 4, pointer, pointer, size, size, pointer]
-        attention.argtypes += [pointer, size, ctypes.c_float, pointer, ctypes.c_int]
+        attention.argtypes += [pointer, size, ctypes.c_float, pointer, ctypes.c_int, size]
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
         rope.argtypes += [ctypes.c_int]
         sigmoid.argtypes = [pointer, pointer, size]
@@ -232,6 +232,7 @@ def attention(
     scale: float,
     keys: int | None = None,
     rounded: bool = False,
+    threads: int = 1,
 ) -> np.ndarray:
     """Softmax attention of float32 ``q [B, Nq, Sq, H]`` against ``k``, ``v [B, Nkv, n, H]``
     (GQA: Nq a multiple of Nkv; windows of a cache are read where they lie) with ``keep``
@@ -246,12 +247,14 @@ def attention(
     key row is read where it lies instead of transposed first (~1.1-1.9x faster than NumPy's
     passes, 32 to 4096 keys). A row's result does not depend on the other sequences of B.
     ``keys``: only the first ``keys`` of k's and v's n are read (default all: a cache read
-    in place, not sliced); ``rounded``: the result rounded to float16 values in the call.
+    in place, not sliced); ``rounded``: the result rounded to float16 values in the call;
+    ``threads``: the (sequence, KV head) pairs split across them (the same bits for any
+    count).
 
     Raises:
         DTypeError: q, k or v not float32, or keep not bool.
         ShapeError: shapes that do not fit (see above).
-        MemoryError: no memory for its scratch (scores, keys transposed); nothing written.
+        MemoryError: no memory for its scratch (scores, keys transposed); no result.
     """
     for name, a in (("q", q), ("k", k), ("v", v)):
         expect_dtype(name, a, _F32)
@@ -288,7 +291,7 @@ def attention(
     out = np.empty(q.shape, _F32)
     if out.size and LIB.trt_kv_attention_float32(
         address(q), b, nq, sq, h, address(k), address(v), nkv, n, strides,
-        address(keep), heads, float(scale), address(out), int(rounded),
+        address(keep), heads, float(scale), address(out), int(rounded), max(1, threads),
     ):  # fmt: skip
         raise MemoryError(f"attention of q {q.shape}: no memory for the keys transposed")
     return out

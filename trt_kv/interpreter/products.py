@@ -64,18 +64,18 @@ NATIVE_KEYS = 1024
 BLOCK_ROWS = 8
 BLOCK_PANEL_ROWS = PANEL_ROWS
 # Threads the helper's products split their weight rows across (never K: the same bits for
-# any count): set_threads, else build_defaults.default_threads() ($TRT_KV_THREADS or the
-# cores this process may run on)
+# any count), and its attention its (sequence, KV head) pairs: set_threads, else
+# build_defaults.default_threads() ($TRT_KV_THREADS or the cores this process may run on)
 _threads = [default_threads()]
 
 
 def threads() -> int:
-    """Threads the helper's products run on."""
+    """Threads the helper's products and attention run on."""
     return _threads[0]
 
 
 def set_threads(count: int) -> None:
-    """Run the helper's products on ``count`` threads from now on.
+    """Run the helper's products and attention on ``count`` threads from now on.
 
     Raises:
         ArgumentError: ``count`` not a positive integer.
