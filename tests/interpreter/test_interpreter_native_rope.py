@@ -1,4 +1,4 @@
-"""The native helper's RoPE (``native.rope``) against the reference's, bit for bit.
+"""The native helper's RoPE (``native_rope.rope``) against the reference's, bit for bit.
 
 A fast float32 plan runs a rotary embedding layer in the helper: one pass over the rows
 instead of NumPy's six, each product rounded and then their sum, as the reference's
@@ -13,7 +13,7 @@ import pytest
 from tests.interpreter.test_interpreter_half import require_compiled_helper
 from tests.support.interpreter_support import Net, rand
 from trt_kv.errors import DTypeError, ShapeError
-from trt_kv.interpreter import compile_network, native, transformer
+from trt_kv.interpreter import compile_network, native_rope, transformer
 from trt_kv.interpreter.program import identity
 from trt_kv.reference import ops
 
@@ -43,7 +43,7 @@ def test_rope_is_the_reference_bit_for_bit(b, n, s, h, dim, interleaved):
     half = (dim or h) // 2
     cos, sin = rand(40, half, seed=2), rand(40, half, seed=3)
     positions = np.random.default_rng(4).integers(-40, 40, (b, s))
-    out = native.rope(x, cos, sin, positions, dim, interleaved)
+    out = native_rope.rope(x, cos, sin, positions, dim, interleaved)
     expected = ops.apply_rope(x, cos, sin, positions, dim, interleaved)
     np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
 
@@ -55,7 +55,7 @@ def test_one_position_a_decode_step_is_the_reference_bit_for_bit(position):
     cos, sin = rand(40, 32, seed=6), rand(40, 32, seed=7)
     positions = np.array([[position]], np.int64)
     assert transformer._native_rope_fits(x, cos, sin, positions)
-    out = native.rope(x, cos, sin, positions)
+    out = native_rope.rope(x, cos, sin, positions)
     expected = ops.apply_rope(x, cos, sin, positions)
     np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
 
@@ -65,7 +65,7 @@ def test_strided_rows_are_read_as_their_values():
     strided = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
     cos, sin, positions = rand(8, 8, seed=6), rand(8, 8, seed=7), np.arange(8)[None]
     np.testing.assert_array_equal(
-        native.rope(strided, cos, sin, positions), ops.apply_rope(x, cos, sin, positions)
+        native_rope.rope(strided, cos, sin, positions), ops.apply_rope(x, cos, sin, positions)
     )
 
 
@@ -93,7 +93,7 @@ def test_strided_rows_are_read_as_their_values():
 def test_rope_refuses_other_dtypes_shapes_and_positions(x, tables, positions, error, names):
     cos = sin = np.zeros(tables, np.float32)
     with pytest.raises(error, match=f"^{names}: expected"):
-        native.rope(x, cos, sin, np.array(positions))
+        native_rope.rope(x, cos, sin, np.array(positions))
 
 
 def test_the_fast_plan_leaves_positions_past_the_table_to_the_reference():

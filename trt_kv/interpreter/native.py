@@ -9,7 +9,7 @@ None) give NumPy's bits exactly, NaN payloads included (~0.2 ns an element);
 :func:`product` multiplies a few rows by a float16 or float32 weight read as it is stored,
 :func:`panel_product` many rows (a prefill chunk), like a matrix product; :func:`attention`
 computes a prefill chunk's or a decode step's attention, each query row only up to the last
-key it sees.
+key it sees (RoPE through the helper: :mod:`trt_kv.interpreter.native_rope`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
-from trt_kv.interpreter.buffers import address, bounds, contiguous_aligned, expect_dtype
+from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 
 SIGNATURES = 12  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
@@ -298,50 +298,6 @@ def attention(
 
 
 _STRIDES: dict[tuple[int, ...], ctypes.Array] = {}  # k's strides -> the helper's (~2 us each)
-
-
-def rope(
-    x: np.ndarray,
-    cos: np.ndarray,
-    sin: np.ndarray,
-    positions: np.ndarray,
-    rotary_dim: int | None = None,
-    interleaved: bool = False,
-    rounded: bool = False,
-) -> np.ndarray:
-    """:func:`trt_kv.reference.ops.apply_rope` of float32 ``x [B, N, S, H]`` with float32
-    tables ``cos``, ``sin [P, R/2]`` at ``positions [B, S]`` (each in ``[-P, P)``, negative
-    from the end as NumPy indexes), bit for bit: each product rounded, then their sum, in one
-    pass over x instead of six; ``rounded``: the result rounded to float16 values in the call.
-
-    Raises:
-        DTypeError: x, cos or sin not float32.
-        ShapeError: shapes that do not fit, or a position outside ``[-P, P)``.
-    """
-    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        expect_dtype(name, a, _F32)
-    h = x.shape[-1] if x.ndim == 4 else -1
-    r = h if rotary_dim is None else rotary_dim
-    p = cos.shape[0] if cos.ndim == 2 else 0
-    positions = np.asarray(positions)
-    if h < 0 or cos.shape != sin.shape or cos.shape[1:] != (r // 2,) or r % 2 or not 0 <= r <= h:
-        shapes = (x.shape, cos.shape, sin.shape, r)
-        raise ShapeError(mismatch("x, cos, sin", "[B, N, S, H], [P, R/2] x 2", "", shapes))
-    if positions.shape != (x.shape[0], x.shape[2]) or positions.dtype.kind not in "iu":
-        raise ShapeError(mismatch("positions", "[B, S] integers", "", positions.shape))
-    low, high = bounds(positions) if positions.size else (0, 0)
-    if positions.size and not -p <= low <= high < p:
-        raise ShapeError(mismatch("positions", "in", f"[-{p}, {p})", (low, high)))
-    rows = positions if low >= 0 else np.where(positions < 0, positions + p, positions)
-    rows = np.ascontiguousarray(rows, np.int64)
-    x, cos, sin = (contiguous_aligned(a) for a in (x, cos, sin))
-    out = np.empty(x.shape, _F32)
-    if out.size:
-        LIB.trt_kv_rope_float32(
-            address(x), *x.shape, r, address(cos), address(sin), address(rows),
-            int(interleaved), address(out), int(rounded),
-        )  # fmt: skip
-    return out
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

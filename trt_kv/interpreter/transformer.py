@@ -11,8 +11,8 @@ import numpy as np
 
 from trt_kv import _trt
 from trt_kv._trt import trt
-from trt_kv.errors import ArgumentError, mismatch
-from trt_kv.interpreter import half, native
+from trt_kv.errors import ArgumentError, ShapeError, mismatch
+from trt_kv.interpreter import half, native_rope
 from trt_kv.interpreter.buffers import bounds
 from trt_kv.interpreter.memo import Memo, frozen
 from trt_kv.interpreter.registry import (
@@ -51,10 +51,10 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
             cos, sin = cos.reshape(b * s, -1), sin.reshape(b * s, -1)
             positions = np.arange(b * s).reshape(b, s)
         if fast and _native_rope_takes(data, cos, sin):
-            p = cos.shape[0] if cos.ndim == 2 else 0
-            rows = _ROWS.get((positions,), (p,), lambda: _table_rows(positions, p))
+            shapes = (data.shape, cos.shape, sin.shape, dim)
+            rows = _ROWS.get((positions,), shapes, lambda: _table_rows(shapes, cos, sin, positions))
             if rows is not None:  # the same bits
-                return native.rope(data, cos, sin, rows, dim, interleaved, rounded=rounded)
+                return native_rope.rope_at(data, cos, sin, *rows, interleaved, rounded)
         out = ops.apply_rope(data, cos, sin, positions, dim, interleaved)
         return half.round_any(out) if rounded else out
 
@@ -65,29 +65,31 @@ _ROWS = Memo()  # a step's table rows: the same for each of its RoPE layers (Q a
 
 
 def _native_rope_takes(data: Array, cos: Array, sin: Array) -> bool:
-    """Whether :func:`~trt_kv.interpreter.native.rope` takes these rows and tables (float32
+    """Whether :func:`~trt_kv.interpreter.native_rope.rope` takes these rows and tables (float32
     rows ``[B, N, S, H]`` and tables): ~5x faster than NumPy's passes, the same bits."""
     return half.NATIVE and data.ndim == 4 and data.dtype == cos.dtype == sin.dtype == np.float32
 
 
-def _table_rows(positions: Array, p: int) -> Array | None:
-    """The rows of ``p``-row tables that ``positions`` read (a negative one from the end, as
-    NumPy indexes), int64 and read-only; None where there are none or one is outside
-    ``[-p, p)`` (the reference's RoPE then raises its own error)."""
-    if not positions.size or positions.dtype.kind not in "iu":
+def _table_rows(
+    shapes: tuple, cos: Array, sin: Array, positions: Array
+) -> tuple[Array, int] | None:
+    """:func:`~trt_kv.interpreter.native_rope.rope_rows` for rows of ``shapes[0]`` (their rows
+    read-only), or None where it refuses them: the reference's RoPE then raises its own error
+    (an out-of-range position, say)."""
+    try:
+        rows, r = native_rope.rope_rows(shapes[0], cos, sin, positions, shapes[3])
+    except ShapeError:
         return None
-    low, high = bounds(positions)
-    if not -p <= low <= high < p:
-        return None
-    rows = np.where(positions < 0, positions + p, positions) if low < 0 else positions
-    return frozen(np.asarray(rows, dtype=np.int64))
+    return frozen(rows), r
 
 
 def _native_rope_fits(data: Array, cos: Array, sin: Array, positions: Array) -> bool:
     """Whether the native RoPE computes this call: :func:`_native_rope_takes` and positions
     within the tables. Anything else goes to the reference's RoPE."""
-    p = cos.shape[0] if cos.ndim == 2 else 0
-    return _native_rope_takes(data, cos, sin) and _table_rows(positions, p) is not None
+    shapes = (data.shape, cos.shape, sin.shape, None)
+    return (
+        _native_rope_takes(data, cos, sin) and _table_rows(shapes, cos, sin, positions) is not None
+    )
 
 
 def _cache_update(packed: bool, fast: bool) -> Kernel:

@@ -1,0 +1,89 @@
+"""RoPE through the compiled helper (:mod:`trt_kv.interpreter.native`): Hugging Face's
+rotate-half (or interleaved) form of :func:`trt_kv.reference.ops.apply_rope`, bit for bit, in
+one pass over the rows; the checks (:func:`rope_rows`) apart from the call (:func:`rope_at`),
+so that a plan's RoPE layers check once a step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trt_kv.errors import ShapeError, mismatch
+from trt_kv.interpreter.buffers import address, bounds, contiguous_aligned, expect_dtype
+from trt_kv.interpreter.native import LIB
+
+_F32 = np.dtype(np.float32)
+
+
+def rope(
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    positions: np.ndarray,
+    rotary_dim: int | None = None,
+    interleaved: bool = False,
+    rounded: bool = False,
+) -> np.ndarray:
+    """:func:`trt_kv.reference.ops.apply_rope` of float32 ``x [B, N, S, H]`` with float32
+    tables ``cos``, ``sin [P, R/2]`` at ``positions [B, S]`` (each in ``[-P, P)``, negative
+    from the end as NumPy indexes), bit for bit: each product rounded, then their sum, in one
+    pass over x instead of six; ``rounded``: the result rounded to float16 values in the call.
+
+    Raises:
+        DTypeError: x, cos or sin not float32.
+        ShapeError: shapes that do not fit, or a position outside ``[-P, P)``.
+    """
+    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
+        expect_dtype(name, a, _F32)
+    rows, r = rope_rows(x.shape, cos, sin, positions, rotary_dim)
+    return rope_at(x, cos, sin, rows, r, interleaved, rounded)
+
+
+def rope_rows(
+    shape: tuple[int, ...],
+    cos: np.ndarray,
+    sin: np.ndarray,
+    positions: np.ndarray,
+    rotary_dim: int | None = None,
+) -> tuple[np.ndarray, int]:
+    """``(rows, R)``: the table rows a :func:`rope` of ``x`` of ``shape`` reads (int64,
+    ``[B, S]``, in ``[0, P)``) and its rotary dim, the shapes and positions checked.
+
+    Raises:
+        ShapeError: as :func:`rope`.
+    """
+    h = shape[-1] if len(shape) == 4 else -1
+    r = h if rotary_dim is None else rotary_dim
+    p = cos.shape[0] if cos.ndim == 2 else 0
+    positions = np.asarray(positions)
+    if h < 0 or cos.shape != sin.shape or cos.shape[1:] != (r // 2,) or r % 2 or not 0 <= r <= h:
+        shapes = (shape, cos.shape, sin.shape, r)
+        raise ShapeError(mismatch("x, cos, sin", "[B, N, S, H], [P, R/2] x 2", "", shapes))
+    if positions.shape != (shape[0], shape[2]) or positions.dtype.kind not in "iu":
+        raise ShapeError(mismatch("positions", "[B, S] integers", "", positions.shape))
+    low, high = bounds(positions) if positions.size else (0, 0)
+    if positions.size and not -p <= low <= high < p:
+        raise ShapeError(mismatch("positions", "in", f"[-{p}, {p})", (low, high)))
+    rows = positions if low >= 0 else np.where(positions < 0, positions + p, positions)
+    return np.ascontiguousarray(rows, np.int64), r
+
+
+def rope_at(
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    rows: np.ndarray,
+    r: int,
+    interleaved: bool = False,
+    rounded: bool = False,
+) -> np.ndarray:
+    """:func:`rope` at the ``rows`` and rotary dim :func:`rope_rows` gave for float32 ``x``,
+    ``cos`` and ``sin`` of these shapes (checked there, not again: a plan's RoPE layers
+    check once a step)."""
+    x, cos, sin = contiguous_aligned(x), contiguous_aligned(cos), contiguous_aligned(sin)
+    out = np.empty(x.shape, _F32)
+    if out.size:
+        LIB.trt_kv_rope_float32(
+            address(x), *x.shape, r, address(cos), address(sin), address(rows),
+            int(interleaved), address(out), int(rounded),
+        )  # fmt: skip
+    return out
