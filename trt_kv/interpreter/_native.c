@@ -227,6 +227,7 @@ static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t least
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     size_t parts = threads * PARTS_A_THREAD < most ? threads * PARTS_A_THREAD : most;
     if (parts > units) parts = units;
+    if (parts > threads) parts -= parts % threads; /* as many parts a thread: even shares */
     if (threads <= 1 || parts <= 1 || pthread_mutex_trylock(&pool.call)) {
         fn(arg, 0, n);
         return;
