@@ -97,7 +97,7 @@ def shuffle(layer: object, ctx: Context) -> object:
 
     def run(x: Inputs) -> Array:
         a = x[0] if identity_first else np.transpose(x[0], first)
-        target = tuple(int(d) for d in x[1]) if dynamic else dims
+        target = tuple(np.asarray(x[1]).tolist()) if dynamic else dims  # Python ints
         if target is not None:
             a = a.reshape(_resolve_reshape(target, a.shape, zero_copies))
         return a if identity_second else np.transpose(a, second)
