@@ -67,3 +67,17 @@ def test_a_decode_steps_mask_changed_in_place_is_read_anew():
             out = plan.run(feed | {"mask": m})["out"]
             expected = softmax_attention(feed["q"] * 8**0.5, feed["k"], feed["v"], keep=m)
             np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_up_to_size_keys_are_kept_then_it_starts_again():
+    """Keys alternating (a step's Q and K RoPE layers: one positions array, two shapes) stay
+    derived once each; past ``size`` keys the entries start again."""
+    memo, calls = Memo(size=2), []
+    a = np.arange(3)
+    get = lambda extra: memo.get((a,), extra, lambda: calls.append(extra) or extra)  # noqa: E731
+    for _ in range(3):
+        assert (get("q"), get("k")) == ("q", "k")
+    assert calls == ["q", "k"]
+    get("v")  # a third key: the two before it are dropped
+    get("q")
+    assert calls == ["q", "k", "v", "q"]
