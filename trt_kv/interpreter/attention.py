@@ -14,19 +14,11 @@ import numpy as np
 from trt_kv import _trt
 from trt_kv._trt import trt
 from trt_kv.errors import ShapeError, mismatch
-from trt_kv.interpreter import half, native, products
+from trt_kv.interpreter import half, native, products, registry
 from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.memo import Memo, frozen
 from trt_kv.interpreter.products import Route, Weight
-from trt_kv.interpreter.registry import (
-    Array,
-    Context,
-    Inputs,
-    Kernel,
-    arg,
-    handles_optional,
-    input_or_none,
-)
+from trt_kv.interpreter.registry import Array, Context, Inputs, Kernel, arg
 from trt_kv.interpreter.transformer import packed_form
 from trt_kv.reference import ops
 
@@ -67,7 +59,7 @@ def _keys_seen(skv: int, mask: Array | None, kv_len: Array | None, causal: str) 
     return min(skv, max(1, n))
 
 
-@handles_optional("attention", "ATTENTION_INPUT", "IAttentionBoundaryLayer")
+@registry.handles_optional("attention", "ATTENTION_INPUT", "IAttentionBoundaryLayer")
 def attention_input(layer: object, ctx: Context) -> Kernel:
     """IAttention (``add_attention`` or ``add_attention_v2``; computed here, ATTENTION_OUTPUT
     passes the result on).
@@ -94,7 +86,7 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
     forms = _trt.FEATURES.attention_io_forms
     q_packed = forms and packed_form(att.query_form)
     kv_packed = forms and packed_form(att.key_value_form)
-    if (q_packed or kv_packed) and input_or_none(layer, 3) is not None:
+    if (q_packed or kv_packed) and registry.input_or_none(layer, 3) is not None:
         raise ctx.unsupported("a mask with PACKED_NHD query or key/value form")
 
     compute = ctx.compute
@@ -257,7 +249,7 @@ def _per_sequence_and_head(
     return out
 
 
-@handles_optional("attention", "ATTENTION_OUTPUT", "IAttentionBoundaryLayer")
+@registry.handles_optional("attention", "ATTENTION_OUTPUT", "IAttentionBoundaryLayer")
 def attention_output(layer: object, ctx: Context) -> object:
     """The attention result computed by the matching ATTENTION_INPUT layer."""
     return Kernel(lambda x: x[0], moves=True)
