@@ -34,7 +34,7 @@ from trt_kv.errors import ShapeError, mismatch
 from trt_kv.interpreter import half, native
 from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 from trt_kv.interpreter.graph import L, LayerGraph
-from trt_kv.interpreter.program import identity
+from trt_kv.interpreter.program import identity, rewritten
 from trt_kv.interpreter.registry import Kernel
 
 _EW = trt.ElementWiseOperation
@@ -232,18 +232,10 @@ def apply(steps: list, chains: list[Chain], compute: np.dtype) -> list:
         inputs = tuple(steps[by_name[layer]].inputs[j] for layer, j in c.sources)
         names = dict.fromkeys(steps[by_name[n]].outputs[0][0] for n in (at, c.output_layer))
         kernel = _kernel(c, [None if n is None else value(n) for n in c.constants])
-        fused[at] = (inputs, kernel, tuple(names))
+        outputs = tuple((name, identity) for name in names)  # rounded by the kernel
+        fused[at] = {"kernel": kernel, "inputs": inputs, "outputs": outputs}
         dropped |= mine - {at}
-    out = []
-    for step in steps:
-        if step.layer in dropped:
-            continue
-        if step.layer in fused:
-            inputs, kernel, names = fused[step.layer]
-            outputs = tuple((name, identity) for name in names)  # rounded by the kernel
-            step = replace(step, kernel=kernel, inputs=inputs, outputs=outputs)
-        out.append(step)
-    return out
+    return rewritten(steps, dropped, fused)
 
 
 def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:

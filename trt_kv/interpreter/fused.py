@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from trt_kv.interpreter import half, products
 from trt_kv.interpreter.blocks import BlockWeight
 from trt_kv.interpreter.graph import L as _L
 from trt_kv.interpreter.graph import LayerGraph, product_of_transposed
-from trt_kv.interpreter.program import identity
+from trt_kv.interpreter.program import identity, rewritten
 from trt_kv.interpreter.registry import Kernel
 
 
@@ -192,17 +192,15 @@ def apply(steps: list, matches: list[Match]) -> list:
         for unit in _units([(n, fused[n][1], fused[n][2]) for n in names]):
             units[unit[0][0]] = unit
     dropped |= {name for names, _, _ in units.values() for name in names[1:]}
-    out = []
-    for step in steps:
-        if step.layer in dropped:
-            continue
-        if step.layer in units:
-            names, run, finishers = units[step.layer]
-            outputs = tuple((steps[by_name[n]].outputs[0][0], f) for n, f in zip(names, finishers))
-            inputs = (fused[step.layer][0],)
-            step = replace(step, kernel=Kernel(run), inputs=inputs, outputs=outputs)
-        out.append(step)
-    return out
+    changed = {
+        first: {
+            "kernel": Kernel(run),
+            "inputs": (fused[first][0],),
+            "outputs": tuple((steps[by_name[n]].outputs[0][0], f) for n, f in zip(names, ends)),
+        }
+        for first, (names, run, ends) in units.items()
+    }
+    return rewritten(steps, dropped, changed)
 
 
 Member = tuple[str, BlockWeight, Callable]  # (output layer, weight, output rounding)

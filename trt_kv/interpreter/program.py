@@ -115,6 +115,19 @@ def _getter(slots: tuple[int, ...]) -> Callable[[list], object]:
     return itemgetter(*slots) if slots else lambda v: ()
 
 
+def rewritten(
+    steps: list[Step], dropped: set[str], changed: Mapping[str, Mapping[str, object]]
+) -> list[Step]:
+    """``steps`` without the steps of the ``dropped`` layers, the step of each layer in
+    ``changed`` with those fields replaced (a fast plan's pattern pass: one step in the place
+    of the several it fuses)."""
+    return [
+        replace(step, **changed[step.layer]) if step.layer in changed else step
+        for step in steps
+        if step.layer not in dropped
+    ]
+
+
 def with_frees(steps: list[Step], kept: set[str]) -> list[Step]:
     """Each step with the tensors to drop after it: those it produces or reads for the last
     time, except network inputs (the caller's arrays) and outputs (aliased caches included)."""
