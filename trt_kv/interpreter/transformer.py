@@ -50,11 +50,9 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
             b, _, s, _ = data.shape
             cos, sin = cos.reshape(b * s, -1), sin.reshape(b * s, -1)
             positions = np.arange(b * s).reshape(b, s)
-        if fast and _native_rope_takes(data, cos, sin):
-            shapes = (data.shape, cos.shape, sin.shape, dim)
-            rows = _ROWS.get((positions,), shapes, lambda: _table_rows(shapes, cos, sin, positions))
-            if rows is not None:  # the same bits
-                return native_rope.rope_at(data, cos, sin, *rows, interleaved, rounded)
+        rows = _native_rows(data, cos, sin, positions, dim) if fast else None
+        if rows is not None:  # the same bits
+            return native_rope.rope_at(data, cos, sin, *rows, interleaved, rounded)
         out = ops.apply_rope(data, cos, sin, positions, dim, interleaved)
         return half.round_any(out) if rounded else out
 
@@ -64,32 +62,30 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
 _ROWS = Memo()  # a step's table rows: the same for each of its RoPE layers (Q and K, each layer)
 
 
-def _native_rope_takes(data: Array, cos: Array, sin: Array) -> bool:
-    """Whether :func:`~trt_kv.interpreter.native_rope.rope` takes these rows and tables (float32
-    rows ``[B, N, S, H]`` and tables): ~5x faster than NumPy's passes, the same bits."""
-    return half.NATIVE and data.ndim == 4 and data.dtype == cos.dtype == sin.dtype == np.float32
+def _native_rows(
+    data: Array, cos: Array, sin: Array, positions: Array, dim: int | None
+) -> tuple[Array, int] | None:
+    """``(rows, R)`` where :func:`~trt_kv.interpreter.native_rope.rope_at` computes this RoPE
+    (float32 rows ``[B, N, S, H]`` and tables, positions within the tables: ~5x faster than
+    NumPy's passes, the same bits), derived once a step for its RoPE layers (read-only); None
+    where it does not: the reference's RoPE then computes it, or raises its own error (an
+    out-of-range position, say)."""
+    if not (half.NATIVE and data.ndim == 4 and data.dtype == cos.dtype == sin.dtype == np.float32):
+        return None
+    shapes = (data.shape, cos.shape, sin.shape, dim)
+    return _ROWS.get((positions,), shapes, lambda: _table_rows(shapes, cos, sin, positions))
 
 
 def _table_rows(
     shapes: tuple, cos: Array, sin: Array, positions: Array
 ) -> tuple[Array, int] | None:
     """:func:`~trt_kv.interpreter.native_rope.rope_rows` for rows of ``shapes[0]`` (their rows
-    read-only), or None where it refuses them: the reference's RoPE then raises its own error
-    (an out-of-range position, say)."""
+    read-only), or None where it refuses them."""
     try:
         rows, r = native_rope.rope_rows(shapes[0], cos, sin, positions, shapes[3])
     except ShapeError:
         return None
     return frozen(rows), r
-
-
-def _native_rope_fits(data: Array, cos: Array, sin: Array, positions: Array) -> bool:
-    """Whether the native RoPE computes this call: :func:`_native_rope_takes` and positions
-    within the tables. Anything else goes to the reference's RoPE."""
-    shapes = (data.shape, cos.shape, sin.shape, None)
-    return (
-        _native_rope_takes(data, cos, sin) and _table_rows(shapes, cos, sin, positions) is not None
-    )
 
 
 def _cache_update(packed: bool, fast: bool) -> Kernel:
