@@ -54,7 +54,7 @@ def test_one_position_a_decode_step_is_the_reference_bit_for_bit(position):
     x = rand(1, 9, 1, 64, seed=5) * np.float32(1e3)
     cos, sin = rand(40, 32, seed=6), rand(40, 32, seed=7)
     positions = np.array([[position]], np.int64)
-    assert transformer._native_rows(x, cos, sin, positions, None) is not None
+    assert transformer.native_rows(x, cos, sin, positions, None) is not None
     out = native_rope.rope(x, cos, sin, positions)
     expected = ops.apply_rope(x, cos, sin, positions)
     np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
@@ -99,9 +99,9 @@ def test_rope_refuses_other_dtypes_shapes_and_positions(x, tables, positions, er
 def test_the_fast_plan_leaves_positions_past_the_table_to_the_reference():
     """Out-of-range positions fail as the reference fails (NumPy's IndexError), not in C."""
     x, cos = rand(1, 2, 3, 8), rand(4, 4)
-    assert transformer._native_rows(x, cos, cos, np.array([[0, 1, 3]]), None) is not None
-    assert transformer._native_rows(x, cos, cos, np.array([[0, 1, 4]]), None) is None
-    assert transformer._native_rows(x.astype(np.float64), cos, cos, np.array([[0]]), None) is None
+    assert transformer.native_rows(x, cos, cos, np.array([[0, 1, 3]]), None) is not None
+    assert transformer.native_rows(x, cos, cos, np.array([[0, 1, 4]]), None) is None
+    assert transformer.native_rows(x.astype(np.float64), cos, cos, np.array([[0]]), None) is None
 
 
 def test_a_float16_layer_is_rounded_in_the_helpers_call_and_reads_changed_positions():

@@ -28,6 +28,7 @@ from trt_kv.errors import (
 )
 from trt_kv.interpreter import (  # noqa: F401 (register the handlers)
     attention,
+    attention_step,
     chains,
     elementwise,
     fused,
@@ -167,6 +168,7 @@ class Plan:
             steps = fold_constants(steps, compute, self._dtypes, set(self.output_names))
             keep_float16_weights(steps)
             fuse_shared_products(steps)
+            steps = attention_step.apply(steps, attention_step.find(steps, network), compute)
         self._steps = with_frees(steps, {*self.input_names, *self.output_names})
         self._fed = {  # the dtype each input is fed in: declared, or float32 for wide caches
             i.name: _FLOAT32

@@ -19,6 +19,9 @@ CLASSES = {
     L.UNARY: trt.IUnaryLayer,
     L.ACTIVATION: trt.IActivationLayer,
 }
+for _type, _class in (("ROTARY_EMBEDDING", "IRotaryEmbeddingLayer"),):  # where the module has it
+    if hasattr(L, _type) and hasattr(trt, _class):
+        CLASSES[getattr(L, _type)] = getattr(trt, _class)
 
 
 class LayerGraph:

@@ -50,7 +50,7 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
             b, _, s, _ = data.shape
             cos, sin = cos.reshape(b * s, -1), sin.reshape(b * s, -1)
             positions = np.arange(b * s).reshape(b, s)
-        rows = _native_rows(data, cos, sin, positions, dim) if fast else None
+        rows = native_rows(data, cos, sin, positions, dim) if fast else None
         if rows is not None:  # the same bits
             return native_rope.rope_at(data, cos, sin, *rows, interleaved, rounded)
         out = ops.apply_rope(data, cos, sin, positions, dim, interleaved)
@@ -62,7 +62,7 @@ def rotary_embedding(layer: object, ctx: Context) -> object:
 _ROWS = Memo()  # a step's table rows: the same for each of its RoPE layers (Q and K, each layer)
 
 
-def _native_rows(
+def native_rows(
     data: Array, cos: Array, sin: Array, positions: Array, dim: int | None
 ) -> tuple[Array, int] | None:
     """``(rows, R)`` where :func:`~trt_kv.interpreter.native_rope.rope_at` computes this RoPE

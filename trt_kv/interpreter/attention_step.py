@@ -1,0 +1,305 @@
+"""A decoder layer's attention in a fast plan, from its Q/K/V columns to its output, as one
+step.
+
+Between a layer's Q/K/V product and its output product, a decode step runs 11 small steps:
+three shuffles to heads ``[B, S, N*H] -> [B, N, S, H]``, RoPE of Q and of K, Q's
+``1/sqrt(H)`` scale, the K and V cache updates, attention (its input and output boundary
+layers) and the shuffle back ``[B, Nq, S, H] -> [B, S, Nq*H]``: 330 of a decode step's 551
+steps in the default model, each with the executor's loop and its own checks around a few
+microseconds of arithmetic (attention aside).
+
+:func:`find` recognises these steps in a fast plan; :func:`apply` puts one step in their
+place. For one token a sequence (``S = 1``: a decode step) that step runs them with less
+around them:
+
+- the shuffles are reshapes (with S = 1 the same elements in the same order);
+- RoPE's table rows are derived once for Q and K (their B, S and H are the same), then
+  :func:`~trt_kv.interpreter.native_rope.rope_at` rotates each;
+- the scale, the cache updates and attention are those steps' own kernels, called in turn
+  with their own casts and finishers.
+
+Anything else (a prefill chunk, a dtype or table the helper does not take) runs the original
+steps in order (:class:`~trt_kv.interpreter.program.SlotProgram`), as without this pass.
+Either way the bits are those of the steps run one by one (tested).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from trt_kv.interpreter import half
+from trt_kv.interpreter.graph import L, LayerGraph
+from trt_kv.interpreter.half import widen_to
+from trt_kv.interpreter.native_rope import rope_at
+from trt_kv.interpreter.program import SlotProgram, Step, identity, rewritten
+from trt_kv.interpreter.registry import Kernel
+from trt_kv.interpreter.transformer import native_rows
+
+COUNTS: Counter[str] = Counter()  # "decode": calls the fast path ran; "steps": the others
+_F32 = np.dtype(np.float32)
+_SPLIT = (0, 1, 2, 3), (0, 2, 1, 3)  # [B, S, N, H] -> [B, N, S, H]: first, second transpose
+_MERGE = (0, 2, 1, 3), (0, 1, 2)  # [B, N, S, H] -> [B, S, N, H], then N*H
+
+
+@dataclass(frozen=True)
+class Block:
+    """One decoder layer's attention steps, by role (each the name of its layer)."""
+
+    heads: tuple[str, str, str]  # the shuffles of the Q, K, V columns to heads
+    ropes: tuple[str, str]  # RoPE of Q, of K (the same tables, positions and form)
+    scale: str  # the one step between Q's RoPE and attention (its 1/sqrt(H))
+    caches: tuple[str, str]  # the K and V cache updates (each output aliases its cache)
+    attention: tuple[str, str]  # the input and output boundary layers
+    back: str  # the shuffle of the result to [B, S, Nq*H]
+    widths: tuple[int, int, int]  # (Nq, Nkv, H)
+    interleaved: bool
+    rotary_dim: int | None  # None: H
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Every layer the step replaces, in the order they run."""
+        q, k, v = self.heads
+        return (q, k, v, self.ropes[0], self.scale, self.ropes[1], *self.caches,
+                *self.attention, self.back)  # fmt: skip
+
+
+class _Steps:
+    """A fast plan's steps as a graph: each tensor's producing step and how many read it."""
+
+    def __init__(self, steps: list[Step], outputs: set[str]) -> None:
+        self.producer = {name: step for step in steps for name, _ in step.outputs}
+        self.readers = Counter(name for step in steps for name, _ in step.inputs if name)
+        self.outputs = outputs
+
+    def source(self, step: Step, j: int) -> Step | None:
+        """The step producing ``step``'s input ``j`` where ``step`` alone reads it."""
+        name = step.inputs[j][0] if j < len(step.inputs) else None
+        if name is None or self.readers[name] != 1 or name in self.outputs:
+            return None
+        return self.producer.get(name)
+
+
+def find(steps: list[Step], network: object) -> list[Block]:
+    """The attention blocks among ``steps`` (a fast plan's, of ``network``), in step order."""
+    att_input = getattr(L, "ATTENTION_INPUT", None)
+    if att_input is None or not hasattr(L, "ROTARY_EMBEDDING"):
+        return []
+    g = LayerGraph(network)
+    if not g.unique:
+        return []
+    s = _Steps(steps, g.outputs)
+    found = []
+    for step in steps:
+        layer = g.layers.get(step.layer)
+        if layer is not None and layer.type == att_input:
+            block = _match(g, s, step)
+            if block is not None:
+                found.append(block)
+    return found
+
+
+def _match(g: LayerGraph, s: _Steps, ai: Step) -> Block | None:
+    """The block whose attention input layer's step is ``ai``, else None."""
+    kind = lambda step, t: step is not None and g.layers[step.layer].type == t  # noqa: E731
+    if len(ai.inputs) < 3 or len(ai.outputs) != 1:
+        return None
+    ao = _only_reader(s, ai)
+    back = _only_reader(s, ao) if kind(ao, L.ATTENTION_OUTPUT) else None
+    scale = s.source(ai, 0)
+    rope_q = s.source(scale, 0) if scale is not None and len(scale.inputs) == 1 else None
+    cache_k, cache_v = (s.producer.get(ai.inputs[j][0] or "") for j in (1, 2))
+    if not (kind(back, L.SHUFFLE) and kind(rope_q, L.ROTARY_EMBEDDING)):
+        return None
+    if (
+        cache_k is None
+        or cache_v is None
+        or not all(c.kernel.aliases == {0: 0} and len(c.inputs) >= 3 for c in (cache_k, cache_v))
+    ):
+        return None
+    rope_k, shuffle_v = s.source(cache_k, 1), s.source(cache_v, 1)
+    if not kind(rope_k, L.ROTARY_EMBEDDING) or len(rope_q.inputs) != 4:
+        return None
+    if rope_k.inputs[1:] != rope_q.inputs[1:] or not _alike(g, rope_q, rope_k):
+        return None
+    heads = (s.source(rope_q, 0), s.source(rope_k, 0), shuffle_v)
+    if not all(kind(h, L.SHUFFLE) for h in heads) or not _only_identity(
+        ai, ao, back, scale, rope_q, rope_k, *heads
+    ):
+        return None
+    widths = [_split(g.layers[h.layer]) for h in heads]
+    nq, h = widths[0] or (0, 0)
+    if not nq or widths[1] is None or widths[1] != widths[2] or widths[1][1] != h:
+        return None
+    if _merged(g.layers[back.layer]) != nq * h:
+        return None
+    rope = g.layers[rope_q.layer]
+    return Block(
+        tuple(x.layer for x in heads), (rope_q.layer, rope_k.layer), scale.layer,
+        (cache_k.layer, cache_v.layer), (ai.layer, ao.layer), back.layer,
+        (nq, widths[1][0], h), bool(rope.interleaved), int(rope.rotary_embedding_dim) or None,
+    )  # fmt: skip
+
+
+def _only_reader(s: _Steps, step: Step | None) -> Step | None:
+    """The one step reading ``step``'s one output (no network output), else None."""
+    if step is None or len(step.outputs) != 1:
+        return None
+    name = step.outputs[0][0]
+    if s.readers[name] != 1 or name in s.outputs:
+        return None
+    return next((r for r in _readers(s, name)), None)
+
+
+def _readers(s: _Steps, name: str) -> list[Step]:
+    return [r for r in s.producer.values() if any(n == name for n, _ in r.inputs)]
+
+
+def _only_identity(*steps: Step) -> bool:
+    """Whether each step has one output that needs no finisher (rounded in its call, or
+    nothing to round)."""
+    return all(len(x.outputs) == 1 and x.outputs[0][1] is identity for x in steps)
+
+
+def _alike(g: LayerGraph, a: Step, b: Step) -> bool:
+    """Whether two RoPE layers have the same form (interleaved, rotary dim)."""
+    x, y = g.layers[a.layer], g.layers[b.layer]
+    return (x.interleaved, x.rotary_embedding_dim) == (y.interleaved, y.rotary_embedding_dim)
+
+
+def _split(shuffle: object) -> tuple[int, int] | None:
+    """``(N, H)`` where ``shuffle`` takes ``[B, S, N*H]`` to heads ``[B, N, S, H]`` (reshape
+    ``(0, 0, N, H)``, then transpose ``(0, 2, 1, 3)``), else None."""
+    dims = tuple(shuffle.reshape_dims)
+    shape = tuple(shuffle.get_input(0).shape)
+    if (
+        shuffle.num_inputs != 1
+        or len(dims) != 4
+        or len(shape) != 3
+        or dims[:2] != (0, 0)
+        or min(dims[2:]) < 1
+        or shape[2] != dims[2] * dims[3]
+        or not shuffle.zero_is_placeholder
+        or (tuple(shuffle.first_transpose)[:4], tuple(shuffle.second_transpose)[:4]) != _SPLIT
+    ):
+        return None
+    return dims[2], dims[3]
+
+
+def _merged(shuffle: object) -> int | None:
+    """``N*H`` where ``shuffle`` takes ``[B, N, S, H]`` to ``[B, S, N*H]``, else None."""
+    dims = tuple(shuffle.reshape_dims)
+    if (
+        shuffle.num_inputs != 1
+        or len(dims) != 3
+        or dims[:2] != (0, 0)
+        or len(tuple(shuffle.get_input(0).shape)) != 4
+        or not shuffle.zero_is_placeholder
+        or (tuple(shuffle.first_transpose)[:4], tuple(shuffle.second_transpose)[:3]) != _MERGE
+    ):
+        return None
+    return dims[2]
+
+
+def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Step]:
+    """``steps`` with each block's steps replaced by one (see the module) in the place of its
+    last; none where the helper is not built or ``compute`` is not float32."""
+    if not half.NATIVE or compute != _F32:
+        return steps
+    order = {step.layer: i for i, step in enumerate(steps)}
+    changed, dropped = {}, set()
+    for block in blocks:
+        if not all(name in order for name in block.layers) or dropped & set(block.layers):
+            continue
+        mine = [steps[order[name]] for name in block.layers]
+        last = max(order[name] for name in block.layers)
+        made = {name for step in mine for name, _ in step.outputs}
+        outputs = [mine[-1].outputs[0][0], mine[6].outputs[0][0], mine[7].outputs[0][0]]
+        later = [s for s in steps[:last] if s.layer not in block.layers]
+        if any(name in outputs[1:] for s in later for name, _ in s.inputs):
+            continue  # a cache read between the update and the block's last step
+        inputs = list(dict.fromkeys(n for s in mine for n, _ in s.inputs if n and n not in made))
+        kernel = _kernel(block, dict(zip(block.layers, mine)), inputs, outputs, compute)
+        changed[block.back] = {
+            "kernel": kernel,
+            "inputs": tuple((name, False) for name in inputs),  # each step casts its own
+            "outputs": tuple((name, identity) for name in outputs),
+        }
+        dropped |= set(block.layers) - {block.back}
+    return rewritten(steps, dropped, changed)
+
+
+def _kernel(
+    block: Block, steps: dict[str, Step], inputs: list[str], outputs: list[str], compute: np.dtype
+) -> Kernel:
+    """The block's step: inputs by name (``inputs``), outputs the result ``[B, S, Nq*H]``
+    and the two caches."""
+    steps_in_order = list(steps.values())
+    program = SlotProgram(steps_in_order, inputs, outputs, compute)
+
+    def slow(x: list) -> tuple[np.ndarray, ...]:
+        COUNTS["steps"] += 1
+        values = program.run(dict(zip(inputs, x)))
+        return tuple(values[name] for name in outputs)
+
+    at = {name: i for i, name in enumerate(inputs)}
+    head_q, head_k, head_v = (at[steps[n].inputs[0][0]] for n in block.heads)
+    rope = steps[block.ropes[0]]
+    cos, sin, positions = (at[rope.inputs[j][0]] for j in (1, 2, 3))
+    widen = rope.inputs[1][1] or rope.inputs[2][1]  # tables the RoPE step casts
+    rounded = [steps[n].kernel.fn is steps[n].kernel.halves for n in block.ropes]
+    scale = _call(steps[block.scale], at, compute)
+    cache_k, cache_v = (_call(steps[n], at, compute) for n in block.caches)
+    attend = _call(steps[block.attention[0]], at, compute)
+    nq, nkv, h = block.widths
+    form = block.interleaved
+
+    def run(x: list) -> tuple[np.ndarray, ...]:
+        qc, kc, vc = x[head_q], x[head_k], x[head_v]
+        b = qc.shape[0] if qc.ndim == 3 else -1
+        if (
+            qc.shape[1:] != (1, nq * h)
+            or kc.shape != vc.shape
+            or kc.shape != (b, 1, nkv * h)
+            or qc.dtype != _F32
+            or kc.dtype != _F32
+            or vc.dtype != _F32
+        ):
+            return slow(x)
+        q = qc.reshape(b, nq, 1, h)  # S = 1: [B, S, N, H] and [B, N, S, H] alike
+        c, s = x[cos], x[sin]
+        if widen:
+            c, s = widen_to(c, compute), widen_to(s, compute)
+        rows = native_rows(q, c, s, x[positions], block.rotary_dim)
+        if rows is None:
+            return slow(x)
+        COUNTS["decode"] += 1
+        q = scale(0, rope_at(q, c, s, *rows, form, rounded[0]), x)
+        k = rope_at(kc.reshape(b, nkv, 1, h), c, s, *rows, form, rounded[1])
+        keys = cache_k(1, k, x)
+        values = cache_v(1, vc.reshape(b, nkv, 1, h), x)
+        out = attend(0, q, x, keys, values)
+        return out.reshape(b, 1, nq * h), keys, values
+
+    return Kernel(run)
+
+
+def _call(step: Step, at: dict[str, int], compute: np.dtype) -> Callable[..., np.ndarray]:
+    """``call(j, a, x, *rest)``: ``step``'s kernel on its inputs from ``x`` (the block step's,
+    by position in ``at``), ``a`` as its input ``j`` and ``rest`` as the inputs after it that
+    the block computes (attention's K and V), each cast where the step casts it."""
+    slots = [at.get(name) if name else None for name, _ in step.inputs]
+    casts = [j for j, (_, cast) in enumerate(step.inputs) if cast]
+    fn = step.kernel.fn
+
+    def call(j: int, a: np.ndarray, x: list, *rest: np.ndarray) -> np.ndarray:
+        args = [None if i is None else x[i] for i in slots]
+        args[j : j + 1 + len(rest)] = (a, *rest)
+        for i in casts:
+            args[i] = widen_to(args[i], compute)
+        return fn(args)
+
+    return call
