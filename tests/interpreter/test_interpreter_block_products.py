@@ -19,6 +19,7 @@ from tests.quantization.test_quantized_weights import EXACT, _stored
 from trt_kv import dtypes
 from trt_kv.builder import create_network
 from trt_kv.checkpoints.gguf_blocks import keep_quantized
+from trt_kv.errors import DTypeError, ShapeError
 from trt_kv.interpreter import blocks, compile_network, half, native, products
 from trt_kv.interpreter.blocks import BlockWeight
 from trt_kv.interpreter.products import Route, Weight, choose, multiply
@@ -106,6 +107,25 @@ def test_a_product_rounded_in_its_call_is_the_product_rounded_after(rows, monkey
     fallback = products.block_product(x, w, rounded=True)
     assert blocks.COUNTS["block_numpy"] == before + 1
     np.testing.assert_array_equal(fallback, half.round_any(products.block_product(x, w)))
+
+
+def test_the_helpers_block_calls_refuse_rows_of_another_k_or_dtype():
+    """Rows whose K is not the weight's (the helper would read past them) and rows that are
+    not float32 fail before the call, through the weight's bound call (a decode step's) as
+    through :func:`~trt_kv.interpreter.native.block_product`."""
+    require_compiled_helper()
+    w = _weight(4, 32, True)
+    x = RNG.standard_normal((1, w.shape[1] + 32)).astype(np.float32)
+    with pytest.raises(ShapeError, match="x: expected K 192, got 224"):
+        w.rows_call(x, 1, 0)
+    with pytest.raises(ShapeError, match="x: expected K"):
+        native.block_product(w.codes, w.bits, w.block, w.scales, w.offsets, x)
+    with pytest.raises(DTypeError, match="x"):
+        multiply(Route.BLOCK_NATIVE, x[:, :192].astype(np.float64), w)
+    np.testing.assert_array_equal(
+        w.rows_call(np.ascontiguousarray(x[:, :192]), 1, 0),
+        native.block_product(w.codes, w.bits, w.block, w.scales, w.offsets, x[:, :192]),
+    )
 
 
 @pytest.mark.parametrize(("bits", "block", "offsets"), FORMS[:3] + FORMS[5:6])

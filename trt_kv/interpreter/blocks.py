@@ -16,7 +16,9 @@ the calls by route.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -43,6 +45,14 @@ class BlockWeight:
     @property
     def shape(self) -> tuple[int, int]:
         return self.scales.shape[0], self.scales.shape[1] * self.block
+
+    @cached_property
+    def rows_call(self) -> Callable[[np.ndarray, int, int], np.ndarray]:
+        """The compiled helper's few-rows product of this weight, its arguments taken once
+        (:func:`~trt_kv.interpreter.native.blocks_call`; the helper must be built)."""
+        from trt_kv.interpreter import native  # the format does not need the helper
+
+        return native.blocks_call(self.codes, self.bits, self.block, self.scales, self.offsets)
 
     @property
     def nbytes(self) -> int:

@@ -18,6 +18,7 @@ import ctypes
 import hashlib
 import importlib.machinery
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -338,16 +339,40 @@ def block_product(
         MemoryError: no memory for the call's scratch; nothing is computed.
     """
     expect_dtype("x", x, _F32)
-    x = contiguous_aligned(x)
-    n, k = scales.shape[0], x.shape[1]
-    out = np.empty((x.shape[0], n), _F32)
-    if out.size:
-        fn = LIB.trt_kv_blocks_panels if panels else LIB.trt_kv_blocks_product
-        where = 0 if offsets is None else address(offsets)
-        if fn(
-            address(codes), bits, n, k, block, address(scales), where,
-            address(x), x.shape[0], address(out), max(1, threads), int(wide and WIDE),
-            int(rounded),
-        ):  # fmt: skip
+    call = blocks_call(codes, bits, block, scales, offsets, panels, wide)
+    return call(contiguous_aligned(x), max(1, threads), int(rounded))
+
+
+def blocks_call(
+    codes: np.ndarray,
+    bits: int,
+    block: int,
+    scales: np.ndarray,
+    offsets: np.ndarray | None,
+    panels: bool = False,
+    wide: bool = WIDE,
+) -> Callable[[np.ndarray, int, int], np.ndarray]:
+    """:func:`block_product` of one weight with its own arguments taken once (addresses,
+    dims): ``call(x, threads, rounded)`` for a C-contiguous, aligned float32 ``x [M, K]``
+    (dtype and layout the caller's to ensure; K checked), ~4 us a call less. The arrays must
+    outlive ``call`` (a :class:`~trt_kv.interpreter.blocks.BlockWeight` holds both).
+
+    Raises (from ``call``):
+        ShapeError: x's K is not the weight's.
+        MemoryError: no memory for the call's scratch; nothing is computed.
+    """
+    fn = LIB.trt_kv_blocks_panels if panels else LIB.trt_kv_blocks_product
+    n, k = scales.shape[0], scales.shape[1] * block
+    weight = (address(codes), bits, n, k, block, address(scales))
+    weight += (0 if offsets is None else address(offsets),)
+    flag = int(wide and WIDE)
+
+    def call(x: np.ndarray, threads: int, rounded: int) -> np.ndarray:
+        if x.shape[1] != k:
+            raise ShapeError(mismatch("x", "K", k, x.shape[1]))
+        out = np.empty((x.shape[0], n), _F32)
+        if out.size and fn(*weight, address(x), x.shape[0], address(out), threads, flag, rounded):
             raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
-    return out
+        return out
+
+    return call

@@ -28,6 +28,7 @@ import numpy as np
 from trt_kv.build_defaults import default_threads
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.interpreter import blocks, half, native
+from trt_kv.interpreter.buffers import contiguous_aligned
 
 Array = np.ndarray
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -190,6 +191,8 @@ def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight, rounded: boo
         if route is _BLOCK_NUMPY:
             y = blocks.numpy_product(x, w)
             return half.round_any(y) if rounded else y
+        if route is _BLOCK_NATIVE and x.dtype == _F32:  # a decode step's: arguments bound once
+            return w.rows_call(contiguous_aligned(x), _threads[0], int(rounded))
         panels = route is _BLOCK_PANELS
         return native.block_product(
             w.codes, w.bits, w.block, w.scales, w.offsets, x, _threads[0], panels, rounded=rounded
