@@ -13,8 +13,10 @@ the rest, and with ``keep`` the bytes the interpreter holds for the quantized ma
 (``$LLAMA_BENCH``, else ``../shared/llama.cpp/run llama-bench``, beside the checkout or its
 folder). Targets (issue 41): decode
 B=1 keep <= 1.25x llama.cpp's ms/token; prefill not below llama.cpp's; held bytes <= 1.1x.
-Times are wall-clock medians (best in brackets) of ``--repeats`` runs on a machine others
-may share: compare within one run.
+``--rounds`` rounds (default 3) each run llama.cpp, then every case of ours, so that each
+ratio compares runs minutes apart: a machine others share moves both sides by 15-50%
+within a few minutes. A figure is the median over the rounds of each round's median of its
+steps (best: the least step); a ratio is the median of the rounds' own ratios, each listed.
 """
 
 from __future__ import annotations
@@ -142,12 +144,12 @@ def main() -> None:
     p.add_argument("--weights", nargs="+", default=["float16", "keep"])
     p.add_argument("--steps", type=int, default=32, help="decode steps timed")
     p.add_argument("--repeats", type=int, default=3, help="llama-bench repetitions")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of llama.cpp, then ours")
     p.add_argument("--no-llama", action="store_true", help="skip llama.cpp")
     args = p.parse_args()
     path = default_gguf()
     model = load_model("default")
-    rows = []
-    llama = {} if args.no_llama else llama_bench(path, args.threads, args.repeats)
+    plans = []
     for weights in args.weights:
         before = held_block_bytes()
         net = build_llama_network(
@@ -155,39 +157,59 @@ def main() -> None:
             max_batch=max(args.batch), max_step_tokens=PROMPT, dtype="float16",
             weight_format=None if weights == "float16" else weights,
         )  # fmt: skip
-        plan = compile_network(net.network, wide_float16_caches=True)
+        plans.append((weights, compile_network(net.network, wide_float16_caches=True)))
         held = held_block_bytes() - before
-        clock = ProductClock()
-        for threads in args.threads:
-            products.set_threads(threads)
-            for batch in args.batch:
-                r = run_case(plan, model, batch, args.steps, clock)
-                rows.append({"weights": weights, "threads": threads, "batch": batch, **r})
-        products.multiply = clock.inner
         if held:
             gguf = gguf_quantized_bytes(model, net.weight_storage["activation_dtype"]["matrices"])
             print(f"{weights}: quantized matrices held {held / 2**20:.1f} MiB, in the GGUF "
                   f"{gguf / 2**20:.1f} MiB ({held / gguf:.2f}x; target <= 1.1x)")  # fmt: skip
-        del plan, net
-    print(format_table(rows, llama))
+        del net
+    clock = ProductClock()
+    rounds = []
+    for _ in range(args.rounds):
+        llama = {} if args.no_llama else llama_bench(path, args.threads, args.repeats)
+        rows = []
+        for weights, plan in plans:
+            for threads in args.threads:
+                products.set_threads(threads)
+                for batch in args.batch:
+                    r = run_case(plan, model, batch, args.steps, clock)
+                    rows.append({"weights": weights, "threads": threads, "batch": batch, **r})
+        rounds.append((llama, rows))
+    products.multiply = clock.inner
+    print(format_table(rounds))
 
 
-def format_table(rows: list[dict], llama: dict[int, dict]) -> str:
+def format_table(rounds: list[tuple[dict[int, dict], list[dict]]]) -> str:
+    """One row a side and case: the median over the rounds of each figure (best: the least),
+    the ratio to llama.cpp the median of each round's own ratio, each round's listed."""
+    med = lambda values: float(np.median(values))  # noqa: E731
     head = "| side | threads | B | prefill 128 tok/s | decode ms/step (best) | ms/token | "
-    head += "products / rest ms a step | vs llama.cpp ms/token |\n|---|---|---|---|---|---|---|---|"
-    lines = [head]
-    for t, r in sorted(llama.items()):
-        lines.append(f"| llama.cpp | {t} | 1 | {r['prefill_tok_s']:.0f} | | "
-                     f"{r['ms_token']:.2f} | | 1.00x |")  # fmt: skip
-    for r in rows:
-        per_token = r["step_ms"] / r["batch"]
-        ref = llama.get(r["threads"], {}).get("ms_token") if r["batch"] == 1 else None
-        ratio = f"{per_token / ref:.2f}x" if ref else ""
-        rest = r["step_ms"] - r["products_ms"]
+    head += "products / rest ms a step | vs llama.cpp ms/token | each round |\n"
+    lines = [head + "|---|---|---|---|---|---|---|---|---|"]
+    for t in sorted(rounds[0][0]):
+        runs = [llama[t] for llama, _ in rounds]
+        each = " / ".join(f"{r['ms_token']:.2f}" for r in runs)
+        prefill, per_token = (med([r[key] for r in runs]) for key in ("prefill_tok_s", "ms_token"))
+        line = f"| llama.cpp | {t} | 1 | {prefill:.0f} | | {per_token:.2f} | | 1.00x | {each} ms |"
+        lines.append(line)
+    for i, first in enumerate(rounds[0][1]):
+        runs = [rows[i] for _, rows in rounds]
+        ratios = []
+        for (llama, _), r in zip(rounds, runs):
+            ref = llama.get(r["threads"], {}).get("ms_token") if r["batch"] == 1 else None
+            ratios += [r["step_ms"] / r["batch"] / ref] if ref else []
+        step, products_ms, prefill = (
+            med([r[key] for r in runs]) for key in ("step_ms", "products_ms", "prefill_tok_s")
+        )
+        best = min(r["step_best_ms"] for r in runs)
+        ratio = f"{med(ratios):.2f}x" if ratios else ""
+        each = " / ".join(f"{x:.2f}x" for x in ratios) if ratios else ""
+        each = each or " / ".join(f"{r['step_ms']:.2f}" for r in runs) + " ms"
         lines.append(
-            f"| interpreter {r['weights']} | {r['threads']} | {r['batch']} | "
-            f"{r['prefill_tok_s']:.0f} | {r['step_ms']:.2f} ({r['step_best_ms']:.2f}) | "
-            f"{per_token:.2f} | {r['products_ms']:.1f} / {rest:.1f} | {ratio} |"
+            f"| interpreter {first['weights']} | {first['threads']} | {first['batch']} | "
+            f"{prefill:.0f} | {step:.2f} ({best:.2f}) | {step / first['batch']:.2f} | "
+            f"{products_ms:.1f} / {step - products_ms:.1f} | {ratio} | {each} |"
         )
     return "\n".join(lines)
 
