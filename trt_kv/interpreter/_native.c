@@ -150,7 +150,7 @@ static struct {
     pthread_mutex_t call, lock; /* call: one caller at a time (others run alone) */
     pthread_cond_t wake;
     atomic_ulong generation;
-    atomic_ulong ticket; /* generation << 8 | the next part to claim */
+    atomic_ulong ticket; /* generation << 24 | the call's parts << 12 | the next part to claim */
     atomic_size_t done;  /* parts of this call finished */
     int started;
     range_fn fn;
@@ -168,16 +168,24 @@ static void part_range(size_t part, size_t *lo, size_t *hi) {
     *hi = b * pool.unit < pool.n ? b * pool.unit : pool.n;
 }
 
+/* The ticket's fields: a call's parts and the next part to claim, 12 bits each (parts <=
+ * MAX_THREADS * PARTS_A_THREAD), the generation above them. */
+#define PART_BITS 12
+#define PART_MASK ((1ul << PART_BITS) - 1)
+
 /* Claim and run the parts of call g left unclaimed; none once g is over (a worker that woke
- * late finds the ticket of a later call, or no part left). */
+ * late finds the ticket of a later call, or no part left). The part count is read from the
+ * ticket, never from pool.parts: the next call writes pool's fields before its ticket, and a
+ * late worker comparing against them could claim a part of a call that is over and run it
+ * with the next call's fields half written. */
 static void run_parts(unsigned long g) {
     unsigned long t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
-    while (t >> 8 == g && (t & 255) < pool.parts) {
+    while (t >> 2 * PART_BITS == g && (t & PART_MASK) < (t >> PART_BITS & PART_MASK)) {
         if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1,
                                                    memory_order_acq_rel, memory_order_acquire))
             continue; /* t holds the ticket now: try again */
         size_t lo, hi;
-        part_range(t & 255, &lo, &hi);
+        part_range(t & PART_MASK, &lo, &hi);
         if (lo < hi) pool.fn(pool.arg, lo, hi);
         atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
         t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
@@ -245,7 +253,8 @@ static void parallel(range_fn fn, void *arg, size_t n, size_t unit, size_t least
     pool.threads = threads;
     atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
     unsigned long g = atomic_load(&pool.generation) + 1;
-    atomic_store_explicit(&pool.ticket, g << 8, memory_order_release);
+    atomic_store_explicit(&pool.ticket, g << 2 * PART_BITS | parts << PART_BITS,
+                          memory_order_release);
     pthread_mutex_lock(&pool.lock);
     atomic_store_explicit(&pool.generation, g, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
