@@ -68,19 +68,29 @@ class Block:
 
 
 class _Steps:
-    """A fast plan's steps as a graph: each tensor's producing step and how many read it."""
+    """A fast plan's steps as a graph: each tensor's producing step and the steps reading it."""
 
     def __init__(self, steps: list[Step], outputs: set[str]) -> None:
         self.producer = {name: step for step in steps for name, _ in step.outputs}
-        self.readers = Counter(name for step in steps for name, _ in step.inputs if name)
+        self.readers: dict[str, list[Step]] = {}
+        for step in steps:
+            for name in dict.fromkeys(n for n, _ in step.inputs if n):
+                self.readers.setdefault(name, []).append(step)
         self.outputs = outputs
 
-    def source(self, step: Step, j: int) -> Step | None:
+    def alone(self, name: str | None) -> Step | None:
+        """The one step reading tensor ``name`` (no network output), else None."""
+        readers = self.readers.get(name or "", [])
+        return readers[0] if len(readers) == 1 and name not in self.outputs else None
+
+    def source(self, step: Step | None, j: int) -> Step | None:
         """The step producing ``step``'s input ``j`` where ``step`` alone reads it."""
-        name = step.inputs[j][0] if j < len(step.inputs) else None
-        if name is None or self.readers[name] != 1 or name in self.outputs:
-            return None
-        return self.producer.get(name)
+        name = step.inputs[j][0] if step is not None and j < len(step.inputs) else None
+        return self.producer.get(name or "") if self.alone(name) is step else None
+
+    def reader(self, step: Step | None) -> Step | None:
+        """The one step reading ``step``'s one output, else None."""
+        return self.alone(step.outputs[0][0]) if step and len(step.outputs) == 1 else None
 
 
 def find(steps: list[Step], network: object) -> list[Block]:
@@ -107,8 +117,8 @@ def _match(g: LayerGraph, s: _Steps, ai: Step) -> Block | None:
     kind = lambda step, t: step is not None and g.layers[step.layer].type == t  # noqa: E731
     if len(ai.inputs) < 3 or len(ai.outputs) != 1:
         return None
-    ao = _only_reader(s, ai)
-    back = _only_reader(s, ao) if kind(ao, L.ATTENTION_OUTPUT) else None
+    ao = s.reader(ai)
+    back = s.reader(ao) if kind(ao, L.ATTENTION_OUTPUT) else None
     scale = s.source(ai, 0)
     rope_q = s.source(scale, 0) if scale is not None and len(scale.inputs) == 1 else None
     cache_k, cache_v = (s.producer.get(ai.inputs[j][0] or "") for j in (1, 2))
@@ -142,20 +152,6 @@ def _match(g: LayerGraph, s: _Steps, ai: Step) -> Block | None:
         (cache_k.layer, cache_v.layer), (ai.layer, ao.layer), back.layer,
         (nq, widths[1][0], h), bool(rope.interleaved), int(rope.rotary_embedding_dim) or None,
     )  # fmt: skip
-
-
-def _only_reader(s: _Steps, step: Step | None) -> Step | None:
-    """The one step reading ``step``'s one output (no network output), else None."""
-    if step is None or len(step.outputs) != 1:
-        return None
-    name = step.outputs[0][0]
-    if s.readers[name] != 1 or name in s.outputs:
-        return None
-    return next((r for r in _readers(s, name)), None)
-
-
-def _readers(s: _Steps, name: str) -> list[Step]:
-    return [r for r in s.producer.values() if any(n == name for n, _ in r.inputs)]
 
 
 def _only_identity(*steps: Step) -> bool:
@@ -218,11 +214,13 @@ def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Ste
         last = max(order[name] for name in block.layers)
         made = {name for step in mine for name, _ in step.outputs}
         outputs = [mine[-1].outputs[0][0], mine[6].outputs[0][0], mine[7].outputs[0][0]]
-        later = [s for s in steps[:last] if s.layer not in block.layers]
-        if any(name in outputs[1:] for s in later for name, _ in s.inputs):
+        before = [s for s in steps[:last] if s.layer not in block.layers]
+        if any(name in outputs[1:] for s in before for name, _ in s.inputs):
             continue  # a cache read between the update and the block's last step
         inputs = list(dict.fromkeys(n for s in mine for n, _ in s.inputs if n and n not in made))
-        kernel = _kernel(block, dict(zip(block.layers, mine)), inputs, outputs, compute)
+        kernel = _kernel(
+            block, sorted(mine, key=lambda s: order[s.layer]), inputs, outputs, compute
+        )
         changed[block.back] = {
             "kernel": kernel,
             "inputs": tuple((name, False) for name in inputs),  # each step casts its own
@@ -233,12 +231,12 @@ def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Ste
 
 
 def _kernel(
-    block: Block, steps: dict[str, Step], inputs: list[str], outputs: list[str], compute: np.dtype
+    block: Block, mine: list[Step], inputs: list[str], outputs: list[str], compute: np.dtype
 ) -> Kernel:
-    """The block's step: inputs by name (``inputs``), outputs the result ``[B, S, Nq*H]``
-    and the two caches."""
-    steps_in_order = list(steps.values())
-    program = SlotProgram(steps_in_order, inputs, outputs, compute)
+    """The block's step of its steps ``mine`` (in the plan's order): inputs by name
+    (``inputs``), outputs the result ``[B, S, Nq*H]`` and the two caches."""
+    program = SlotProgram(mine, inputs, outputs, compute)
+    steps = {step.layer: step for step in mine}
 
     def slow(x: list) -> tuple[np.ndarray, ...]:
         COUNTS["steps"] += 1
