@@ -46,15 +46,15 @@ def _network(batch: int, rope_q_out: bool = False) -> object:
     return net
 
 
-def _feed(plan: object, caches: dict, ids: np.ndarray, start: np.ndarray) -> dict:
+def _feed(caches: dict, ids: np.ndarray, start: np.ndarray) -> dict:
+    """The network's inputs: ``ids [B, S]`` at positions from ``start [B]``, its caches."""
     b, s = ids.shape
-    feed = {
-        "input_ids": ids.astype(np.int32),
-        "position_ids": (start[:, None] + np.arange(s)[None]).astype(np.int64),
-        "write_indices": start.astype(np.int32),
-        "last_token_rows": (np.arange(b) * s + s - 1).astype(np.int32),
-    }
-    return {k: v for k, v in (feed | caches).items() if k in plan.input_names}
+    positions = start[:, None] + np.arange(s)
+    last = np.arange(1, b + 1) * s - 1  # each sequence's last row in the flattened [B*S]
+    return dict(
+        caches, input_ids=ids.astype(np.int32), position_ids=positions.astype(np.int64),
+        write_indices=start.astype(np.int32), last_token_rows=last.astype(np.int32),
+    )  # fmt: skip
 
 
 def _run(plan: object, starts: list[int], tokens: int = 3) -> tuple[list, dict]:
@@ -65,10 +65,10 @@ def _run(plan: object, starts: list[int], tokens: int = 3) -> tuple[list, dict]:
     caches = {n: np.zeros(shape, np.float32) for n in plan.input_names if "past" in n}
     rng = np.random.default_rng(7)
     start = np.array(starts, np.int64)
-    logits = [plan.run(_feed(plan, caches, rng.integers(1, 60, (batch, 4)), start))["logits"]]
+    logits = [plan.run(_feed(caches, rng.integers(1, 60, (batch, 4)), start))["logits"]]
     for i in range(tokens):
         ids = rng.integers(1, 60, (batch, 1))
-        logits.append(plan.run(_feed(plan, caches, ids, start + 4 + i))["logits"])
+        logits.append(plan.run(_feed(caches, ids, start + 4 + i))["logits"])
     return logits, caches
 
 
@@ -117,7 +117,7 @@ def test_a_write_past_the_cache_fails_as_the_steps_fail_with_nothing_written():
     fused, _ = _plans(1)
     shape = (1, TINY_GQA.num_key_value_heads, S_MAX, TINY_GQA.head_dim)
     caches = {n: np.zeros(shape, np.float32) for n in fused.input_names if "past" in n}
-    feed = _feed(fused, caches, np.array([[5]]), np.array([S_MAX]))
+    feed = _feed(caches, np.array([[5]]), np.array([S_MAX]))
     feed["position_ids"] = np.zeros((1, 1), np.int64)  # a position within the tables
     with pytest.raises(CacheOverflowError, match="write"):
         fused.run(feed)
