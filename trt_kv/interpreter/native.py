@@ -354,7 +354,7 @@ def blocks_call(
 ) -> Callable[[np.ndarray, int, int], np.ndarray]:
     """:func:`block_product` of one weight with its own arguments taken once (addresses,
     dims): ``call(x, threads, rounded)`` for a C-contiguous, aligned float32 ``x [M, K]``
-    (dtype and layout the caller's to ensure; K checked), ~4 us a call less. The arrays must
+    (dtype and layout the caller's to ensure; K checked), ~1-1.5 us a call less. The arrays must
     outlive ``call`` (a :class:`~trt_kv.interpreter.blocks.BlockWeight` holds both).
 
     Raises (from ``call``):
