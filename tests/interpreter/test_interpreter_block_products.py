@@ -111,19 +111,20 @@ def test_a_product_rounded_in_its_call_is_the_product_rounded_after(rows, monkey
 
 def test_the_helpers_block_calls_refuse_rows_of_another_k_or_dtype():
     """Rows whose K is not the weight's (the helper would read past them) and rows that are
-    not float32 fail before the call, through the weight's bound call (a decode step's) as
+    not float32 fail before the call, through the weight's bound calls (few rows, panels) as
     through :func:`~trt_kv.interpreter.native.block_product`."""
     require_compiled_helper()
     w = _weight(4, 32, True)
     x = RNG.standard_normal((1, w.shape[1] + 32)).astype(np.float32)
-    with pytest.raises(ShapeError, match="x: expected K 192, got 224"):
-        w.rows_call(x, 1, 0)
+    for call in w.native_calls:
+        with pytest.raises(ShapeError, match="x: expected K 192, got 224"):
+            call(x, 1, 0)
     with pytest.raises(ShapeError, match="x: expected K"):
         native.block_product(w.codes, w.bits, w.block, w.scales, w.offsets, x)
     with pytest.raises(DTypeError, match="x"):
         multiply(Route.BLOCK_NATIVE, x[:, :192].astype(np.float64), w)
     np.testing.assert_array_equal(
-        w.rows_call(np.ascontiguousarray(x[:, :192]), 1, 0),
+        w.native_calls[0](np.ascontiguousarray(x[:, :192]), 1, 0),
         native.block_product(w.codes, w.bits, w.block, w.scales, w.offsets, x[:, :192]),
     )
 

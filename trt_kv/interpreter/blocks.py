@@ -47,12 +47,14 @@ class BlockWeight:
         return self.scales.shape[0], self.scales.shape[1] * self.block
 
     @cached_property
-    def rows_call(self) -> Callable[[np.ndarray, int, int], np.ndarray]:
-        """The compiled helper's few-rows product of this weight, its arguments taken once
-        (:func:`~trt_kv.interpreter.native.blocks_call`; the helper must be built)."""
+    def native_calls(self) -> tuple[Callable[[np.ndarray, int, int], np.ndarray], ...]:
+        """The compiled helper's products of this weight, its arguments taken once
+        (:func:`~trt_kv.interpreter.native.blocks_call`): few rows (a decode step), then
+        panels (a prefill chunk). The helper must be built."""
         from trt_kv.interpreter import native  # the format does not need the helper
 
-        return native.blocks_call(self.codes, self.bits, self.block, self.scales, self.offsets)
+        args = (self.codes, self.bits, self.block, self.scales, self.offsets)
+        return tuple(native.blocks_call(*args, panels) for panels in (False, True))
 
     @property
     def nbytes(self) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 from trt_kv.build_defaults import default_threads
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.interpreter import blocks, half, native
-from trt_kv.interpreter.buffers import contiguous_aligned
+from trt_kv.interpreter.buffers import contiguous_aligned, expect_dtype
 
 Array = np.ndarray
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -191,12 +191,9 @@ def multiply(route: Route, x: Array, w: Array | blocks.BlockWeight, rounded: boo
         if route is _BLOCK_NUMPY:
             y = blocks.numpy_product(x, w)
             return half.round_any(y) if rounded else y
-        if route is _BLOCK_NATIVE and x.dtype == _F32:  # a decode step's: arguments bound once
-            return w.rows_call(contiguous_aligned(x), _threads[0], int(rounded))
-        panels = route is _BLOCK_PANELS
-        return native.block_product(
-            w.codes, w.bits, w.block, w.scales, w.offsets, x, _threads[0], panels, rounded=rounded
-        )
+        expect_dtype("x", x, _F32)
+        call = w.native_calls[route is _BLOCK_PANELS]  # the weight's arguments bound once
+        return call(contiguous_aligned(x), _threads[0], int(rounded))
     if route is _NATIVE:
         return native.product(x, w, threads=_threads[0])
     if route is _PANELS:
