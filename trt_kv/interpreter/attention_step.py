@@ -61,7 +61,8 @@ class Block:
 
     @property
     def layers(self) -> tuple[str, ...]:
-        """Every layer the step replaces, in the order they run."""
+        """Every layer the step replaces, by role (the heads, RoPE of Q, the scale, RoPE of
+        K, the caches, attention, the shuffle back)."""
         q, k, v = self.heads
         return (q, k, v, self.ropes[0], self.scale, self.ropes[1], *self.caches,
                 *self.attention, self.back)  # fmt: skip
@@ -210,17 +211,15 @@ def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Ste
     for block in blocks:
         if not all(name in order for name in block.layers) or dropped & set(block.layers):
             continue
-        mine = [steps[order[name]] for name in block.layers]
-        last = max(order[name] for name in block.layers)
+        mine = sorted((steps[order[name]] for name in block.layers), key=lambda s: order[s.layer])
+        last = order[mine[-1].layer]
         made = {name for step in mine for name, _ in step.outputs}
-        outputs = [mine[-1].outputs[0][0], mine[6].outputs[0][0], mine[7].outputs[0][0]]
+        outputs = [steps[order[n]].outputs[0][0] for n in (block.back, *block.caches)]
         before = [s for s in steps[:last] if s.layer not in block.layers]
         if any(name in outputs[1:] for s in before for name, _ in s.inputs):
             continue  # a cache read between the update and the block's last step
         inputs = list(dict.fromkeys(n for s in mine for n, _ in s.inputs if n and n not in made))
-        kernel = _kernel(
-            block, sorted(mine, key=lambda s: order[s.layer]), inputs, outputs, compute
-        )
+        kernel = _kernel(block, mine, inputs, outputs, compute)
         changed[block.back] = {
             "kernel": kernel,
             "inputs": tuple((name, False) for name in inputs),  # each step casts its own
