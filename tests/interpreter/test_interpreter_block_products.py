@@ -109,6 +109,38 @@ def test_a_product_rounded_in_its_call_is_the_product_rounded_after(rows, monkey
     np.testing.assert_array_equal(fallback, half.round_any(products.block_product(x, w)))
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 9])
+def test_a_block_caller_gives_block_products_route_count_and_bits(rows, monkeypatch):
+    """``products.block_caller`` (a plan step's bound product): the route, the count and the
+    bits of :func:`~trt_kv.interpreter.products.block_product`, for rows it sends straight to
+    the helper (float32, contiguous, up to BLOCK_ROWS, any leading dims) and rows it does not
+    (more rows, float16, a strided view); without the helper, the NumPy route."""
+    require_compiled_helper()
+    w = _weight(4, 32, True)
+    x = RNG.standard_normal((rows, w.shape[1])).astype(np.float32)
+    wide = np.ascontiguousarray(np.repeat(x, 2, axis=1))  # x its even columns: a strided view
+    cases = (x, x.reshape(1, rows, -1), x.astype(np.float16), wide[:, ::2])
+    route = "block_native" if rows <= products.BLOCK_ROWS else "block_panels"
+    for rounded in (False, True):
+        call = products.block_caller(w, rounded)
+        for a in cases:
+            want = products.block_product(a, w, rounded)
+            before = dict(blocks.COUNTS)
+            got = call(a)
+            ran = {
+                k: v - before.get(k, 0) for k, v in blocks.COUNTS.items() if v != before.get(k, 0)
+            }
+            assert ran == {route: 1}, (a.shape, a.dtype, ran)
+            assert got.shape == want.shape == (*a.shape[:-1], w.shape[0])
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    monkeypatch.setattr(products.half, "NATIVE", False)
+    before = blocks.COUNTS["block_numpy"]
+    np.testing.assert_allclose(
+        products.block_caller(w)(x), products.block_product(x, w), rtol=1e-5, atol=1e-5
+    )
+    assert blocks.COUNTS["block_numpy"] == before + 2
+
+
 def test_the_helpers_block_calls_refuse_rows_of_another_k_or_dtype():
     """Rows whose K is not the weight's (the helper would read past them) and rows that are
     not float32 fail before the call, through the weight's bound calls (few rows, panels) as

@@ -223,8 +223,8 @@ def _units(members: list[Member]) -> list[Unit]:
         rounded = alike and finish is half.round_any  # rounded by the helper, in its call
         finishers = tuple(identity if alike else m[2] for m in together)
         if len(together) == 1:
-            run = lambda x, w=w, r=rounded: products.block_product(x[0], w, r)  # noqa: E731
-            units.append(((first,), run, (identity if rounded else finish,)))
+            call = products.block_caller(w, rounded)
+            units.append(((first,), lambda x, c=call: c(x[0]), (identity if rounded else finish,)))
             continue
         stacked = w.stacked([v for _, v, _ in together[1:]])
         edges = np.cumsum([0] + [v.shape[0] for _, v, _ in together]).tolist()
@@ -241,9 +241,10 @@ def _columns(
     helper's call, or by ``finish``) -> each member's columns ``[lo, hi)``, a view of the one
     product."""
     finish = None if finish is identity else finish
+    call = products.block_caller(weight, rounded)
 
     def run(x: list) -> tuple[np.ndarray, ...]:
-        y = products.block_product(x[0], weight, rounded)
+        y = call(x[0])
         y = y if finish is None else finish(y)
         return tuple(y[..., lo:hi] for lo, hi in bounds)
 
