@@ -57,12 +57,14 @@ def _feed(caches: dict, ids: np.ndarray, start: np.ndarray) -> dict:
     )  # fmt: skip
 
 
-def _run(plan: object, starts: list[int], tokens: int = 3) -> tuple[list, dict]:
+def _run(plan: object, starts: list[int], tokens: int = 3, wide: bool = True) -> tuple[list, dict]:
     """A prefill of 4 tokens at ``starts`` (one a sequence), then ``tokens`` decode steps:
-    the logits of each call and the caches at the end."""
+    the logits of each call and the caches at the end (float16 caches held as float32 where
+    ``wide``, else as float16)."""
     batch = len(starts)
     shape = (batch, TINY_GQA.num_key_value_heads, S_MAX, TINY_GQA.head_dim)
-    caches = {n: np.zeros(shape, np.float32) for n in plan.input_names if "past" in n}
+    dtype = np.float32 if wide else np.float16
+    caches = {n: np.zeros(shape, dtype) for n in plan.input_names if "past" in n}
     rng = np.random.default_rng(7)
     start = np.array(starts, np.int64)
     logits = [plan.run(_feed(caches, rng.integers(1, 60, (batch, 4)), start))["logits"]]
@@ -72,9 +74,9 @@ def _run(plan: object, starts: list[int], tokens: int = 3) -> tuple[list, dict]:
     return logits, caches
 
 
-def _plans(batch: int) -> tuple[object, object]:
-    fused = compile_network(_network(batch).network, wide_float16_caches=True)
-    steps = compile_network(_network(batch, True).network, wide_float16_caches=True)
+def _plans(batch: int, wide: bool = True) -> tuple[object, object]:
+    fused = compile_network(_network(batch).network, wide_float16_caches=wide)
+    steps = compile_network(_network(batch, True).network, wide_float16_caches=wide)
     return fused, steps
 
 
@@ -91,19 +93,22 @@ def test_each_layer_attention_is_one_step():
     assert not inner & {s.layer for s in fused._steps}
 
 
-@pytest.mark.parametrize("starts", [[0], [0, 5, 2]])
-def test_decode_gives_the_bits_of_the_steps_one_by_one(starts):
+@pytest.mark.parametrize(("starts", "wide"), [([0], True), ([0, 5, 2], True), ([0, 5], False)])
+def test_decode_gives_the_bits_of_the_steps_one_by_one(starts, wide):
     """Prefill (the original steps, in the one step) and decode (its fast path) give the
     logits and caches of the plan that keeps the steps, bit for bit; several sequences at
-    their own write indices too."""
-    fused, steps = _plans(len(starts))
+    their own write indices too. Caches held as float16 (not wide): the decode path does not
+    write them, the steps run (and give the same bits)."""
+    fused, steps = _plans(len(starts), wide)
     before = dict(attention_step.COUNTS)
-    got, got_caches = _run(fused, starts)
+    got, got_caches = _run(fused, starts, wide=wide)
     layers = TINY_GQA.num_hidden_layers
     ran = {k: attention_step.COUNTS[k] - before.get(k, 0) for k in ("decode", "steps")}
-    assert ran == {"decode": 3 * layers, "steps": layers}
+    assert ran == (
+        {"decode": 3 * layers, "steps": layers} if wide else {"decode": 0, "steps": 4 * layers}
+    )
     middle = dict(attention_step.COUNTS)
-    want, want_caches = _run(steps, starts)
+    want, want_caches = _run(steps, starts, wide=wide)
     assert dict(attention_step.COUNTS) == middle  # the oracle's plan has no block step
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))

@@ -15,8 +15,12 @@ around them:
 - the shuffles are reshapes (with S = 1 the same elements in the same order);
 - RoPE's table rows are derived once for Q and K (their B, S and H are the same), then
   :func:`~trt_kv.interpreter.native_rope.rope_at` rotates each;
-- the scale, the cache updates and attention are those steps' own kernels, called in turn
-  with their own casts and finishers.
+- the scale and attention are those steps' own kernels, called in turn with their own casts;
+- K and V go into their caches as the cache update's own fast path writes them
+  (:func:`~trt_kv.interpreter.transformer.write_rows`), after its own test
+  (:func:`~trt_kv.interpreter.transformer.writes_within`) passed for both caches, which must
+  be writeable float32 arrays (a float32 plan's, or float16 caches held wide). Otherwise the
+  steps run, and raise their own errors before anything is written.
 
 Anything else (a prefill chunk, a dtype or table the helper does not take) runs the original
 steps in order (:class:`~trt_kv.interpreter.program.SlotProgram`), as without this pass.
@@ -37,7 +41,7 @@ from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.native_rope import rope_at
 from trt_kv.interpreter.program import SlotProgram, Step, identity, rewritten
 from trt_kv.interpreter.registry import Kernel
-from trt_kv.interpreter.transformer import native_rows
+from trt_kv.interpreter.transformer import native_rows, write_rows, writes_within
 
 COUNTS: Counter[str] = Counter()  # "decode": calls the fast path ran; "steps": the others
 _F32 = np.dtype(np.float32)
@@ -248,8 +252,8 @@ def _kernel(
     cos, sin, positions = (at[rope.inputs[j][0]] for j in (1, 2, 3))
     widen = rope.inputs[1][1] or rope.inputs[2][1]  # tables the RoPE step casts
     rounded = [steps[n].kernel.fn is steps[n].kernel.halves for n in block.ropes]
-    scale = _call(steps[block.scale], at, compute)
-    cache_k, cache_v = (_call(steps[n], at, compute) for n in block.caches)
+    scale = steps[block.scale].kernel.fn  # one input: Q, float32 here (no cast to make)
+    writes = _writes(steps[block.caches[0]], steps[block.caches[1]], at)
     attend = _call(steps[block.attention[0]], at, compute)
     nq, nkv, h = block.widths
     form = block.interleaved
@@ -258,7 +262,8 @@ def _kernel(
         qc, kc, vc = x[head_q], x[head_k], x[head_v]
         b = qc.shape[0] if qc.ndim == 3 else -1
         if (
-            qc.shape[1:] != (1, nq * h)
+            writes is None
+            or qc.shape[1:] != (1, nq * h)
             or kc.shape != vc.shape
             or kc.shape != (b, 1, nkv * h)
             or qc.dtype != _F32
@@ -271,17 +276,44 @@ def _kernel(
         if widen:
             c, s = widen_to(c, compute), widen_to(s, compute)
         rows = native_rows(q, c, s, x[positions], block.rotary_dim)
-        if rows is None:
-            return slow(x)
+        keys, values, where = x[writes[0]], x[writes[1]], x[writes[2]]
+        v = vc.reshape(b, nkv, 1, h)
+        if rows is None or not _fit(keys, values, v, where):
+            return slow(x)  # its steps raise their own errors, before anything is written
         COUNTS["decode"] += 1
-        q = scale(0, rope_at(q, c, s, *rows, form, rounded[0]), x)
-        k = rope_at(kc.reshape(b, nkv, 1, h), c, s, *rows, form, rounded[1])
-        keys = cache_k(1, k, x)
-        values = cache_v(1, vc.reshape(b, nkv, 1, h), x)
+        q = scale([rope_at(q, c, s, *rows, form, rounded[0])])
+        write_rows(keys, rope_at(kc.reshape(b, nkv, 1, h), c, s, *rows, form, rounded[1]), where)
+        write_rows(values, v, where)
         out = attend(0, q, x, keys, values)
         return out.reshape(b, 1, nq * h), keys, values
 
     return Kernel(run)
+
+
+def _writes(cache_k: Step, cache_v: Step, at: dict[str, int]) -> tuple[int, int, int] | None:
+    """``(K cache, V cache, write indices)`` by position among the block step's inputs where
+    both updates are padded ones (cache, update, write_indices) at the same indices, else None
+    (the decode path then runs the steps)."""
+    forms = [tuple(name for name, _ in c.inputs) for c in (cache_k, cache_v)]
+    padded = all(len(f) == 3 and f[0] is not None and f[2] is not None for f in forms)
+    if not padded or forms[0][2] != forms[1][2]:
+        return None
+    return at[forms[0][0]], at[forms[1][0]], at[forms[0][2]]
+
+
+def _fit(keys: np.ndarray, values: np.ndarray, update: np.ndarray, where: np.ndarray) -> bool:
+    """Whether the decode path writes ``update`` (K's or V's, float32 ``[B, Nkv, 1, H]``) into
+    both caches itself: float32 caches (a float32 plan's, or float16 ones held wide) the
+    updates' shape fits at ``where`` (:func:`~trt_kv.interpreter.transformer.writes_within`,
+    the cache update's own test), writeable. Else the cache update steps run, with their
+    errors."""
+    return (
+        keys.dtype == values.dtype == _F32
+        and keys.shape == values.shape
+        and keys.flags.writeable
+        and values.flags.writeable
+        and writes_within(keys, update, where)
+    )
 
 
 def _call(step: Step, at: dict[str, int], compute: np.dtype) -> Callable[..., np.ndarray]:

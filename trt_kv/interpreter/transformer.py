@@ -109,8 +109,8 @@ def _cache_update(packed: bool, fast: bool) -> Kernel:
                 mismatch("cache", "a writeable array (updated in place)", "", "read-only")
             )
         update = update.astype(cache.dtype, copy=False)
-        if fast and lengths is None and _writes_within(cache, update, write_indices):
-            return _write_rows(cache, update, write_indices)
+        if fast and lengths is None and writes_within(cache, update, write_indices):
+            return write_rows(cache, update, write_indices)
         return ops.kv_cache_update_(cache, update, write_indices, lengths)
 
     return Kernel(run, raw_inputs=frozenset({0}), aliases={0: 0})
@@ -124,7 +124,7 @@ def _check_dtypes(layer: object, ctx: Context) -> None:
         raise ctx.unsupported(f"update dtype {update} differs from the cache dtype {cache}")
 
 
-def _writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
+def writes_within(cache: Array, update: Array, write_indices: Array) -> bool:
     """True when a padded update ``[B, N, S, H]`` fits ``cache [B, N, S_max, H]`` at
     ``write_indices [B]`` (int32/int64): every check of the reference, on whole arrays."""
     b, n, s_max, h = cache.shape
@@ -148,7 +148,7 @@ def _fits(starts: Array, last: int) -> bool:
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-def _write_rows(cache: Array, update: Array, write_indices: Array) -> Array:
+def write_rows(cache: Array, update: Array, write_indices: Array) -> Array:
     """``cache[i, :, w_i : w_i + S] = update[i]`` for checked operands (``update`` in the
     cache array's dtype); returns ``cache``."""
     s = update.shape[2]
