@@ -28,6 +28,7 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the BLAS routes: one thread, as timed
@@ -47,20 +48,30 @@ LLAMA_RUNS = [folder / "shared" / "llama.cpp" / "run" for folder in (ROOT.parent
 
 
 class ProductClock:
-    """Seconds spent in ``products.multiply`` (wrapped while the bench runs)."""
+    """Seconds spent in the products: ``products.multiply`` (every helper / BLAS route) and
+    the calls ``products.block_caller`` binds for a plan's fused block products, both
+    wrapped while the bench runs (created before the plans compile: their steps take the
+    bound calls then); :meth:`close` puts them back."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self.inner = products.multiply
+        self.inner = products.multiply, products.block_caller
+        products.multiply = self._timed(products.multiply)
+        caller = products.block_caller
+        products.block_caller = lambda *args: self._timed(caller(*args))
 
+    def _timed(self, fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         def timed(*args: object) -> np.ndarray:
             start = time.perf_counter()
             try:
-                return self.inner(*args)
+                return fn(*args)
             finally:
                 self.seconds += time.perf_counter() - start
 
-        products.multiply = timed
+        return timed
+
+    def close(self) -> None:
+        products.multiply, products.block_caller = self.inner
 
 
 def _feed(plan: object, caches: dict, ids: np.ndarray, start: np.ndarray) -> dict:
@@ -153,6 +164,7 @@ def main() -> None:
     args = p.parse_args()
     path = default_gguf()
     model = load_model("default")
+    clock = ProductClock()
     plans = []
     for weights in args.weights:
         before = held_block_bytes()
@@ -168,7 +180,6 @@ def main() -> None:
             print(f"{weights}: quantized matrices held {held / 2**20:.1f} MiB, in the GGUF "
                   f"{gguf / 2**20:.1f} MiB ({held / gguf:.2f}x; target <= 1.1x)")  # fmt: skip
         del net
-    clock = ProductClock()
     rounds = []
     for _ in range(args.rounds):
         llama = {} if args.no_llama else llama_bench(path, args.threads, args.repeats)
@@ -180,7 +191,7 @@ def main() -> None:
                     r = run_case(plan, model, batch, args.steps, clock)
                     rows.append({"weights": weights, "threads": threads, "batch": batch, **r})
         rounds.append((llama, rows))
-    products.multiply = clock.inner
+    clock.close()
     print(format_table(rounds))
 
 
