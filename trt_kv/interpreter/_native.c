@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 12 /* change with any signature in this file */
+#define SIGNATURES 13 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -1021,6 +1021,16 @@ F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, si
  * and 4096 slower). */
 #define BLOCK_AHEAD 2048
 /* -- the block products -------------------------------------------------------------------- */
+/* A weight held in blocks, as the block products take it: its arrays and dims in one
+ * argument, built once a weight by the caller (trt_kv/interpreter/native.py: blocks_call)
+ * instead of passed field by field on every call. wide: AVX-512 (where the processor has it). */
+typedef struct {
+    const uint8_t *codes;
+    const uint16_t *scales, *offsets;
+    size_t n, k, block;
+    int bits, wide;
+} blocks_weight;
+
 typedef struct {
     const uint8_t *codes;
     const uint16_t *scales, *offsets;
@@ -1254,15 +1264,15 @@ static float *block_sums(const float *x, size_t rows, size_t k, size_t block) {
  * threads, AVX-512 where wide (and the processor has it), rounded to float16 values where
  * round_half (a float16 network's product: no second call to round it); returns 0, or -1
  * (nothing written) without memory for the block sums. */
-F16C int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
-                               const uint16_t *scales, const uint16_t *offsets, const float *x,
-                               size_t rows, float *out, size_t threads, int wide,
-                               int round_half) {
-    blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, NULL, 0};
+F16C int trt_kv_blocks_product(const blocks_weight *w, const float *x, size_t rows, float *out,
+                               size_t threads, int round_half) {
+    const size_t n = w->n, k = w->k;
+    blocks_job j = {w->codes, w->scales, w->offsets, n, k, w->block, w->bits, x, NULL, rows, out,
+                    NULL, 0};
     float *sums = NULL;
-    if ((offsets || bits == 4) && !(sums = block_sums(x, rows, k, block))) return -1;
+    if ((w->offsets || w->bits == 4) && !(sums = block_sums(x, rows, k, w->block))) return -1;
     j.sums = sums;
-    parallel(wide ? block_rows_wide : block_rows, &j, n, 16, part_rows(k / 4, 16), threads);
+    parallel(w->wide ? block_rows_wide : block_rows, &j, n, 16, part_rows(k / 4, 16), threads);
     free(sums);
     if (round_half) trt_kv_round_float16(out, out, rows * n);
     return 0;
@@ -1311,9 +1321,10 @@ BLOCK_PANELS(block_panels, F16C, panels, PANEL_W, 1)
 BLOCK_PANELS(block_panels_wide, WIDE, panels_wide, WIDE_W, 2)
 
 /* As trt_kv_blocks_product for many rows (a prefill chunk); -1: no memory for the panels. */
-F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
-                              const uint16_t *scales, const uint16_t *offsets, const float *x,
-                              size_t rows, float *out, size_t threads, int wide, int round_half) {
+F16C int trt_kv_blocks_panels(const blocks_weight *w, const float *x, size_t rows, float *out,
+                              size_t threads, int round_half) {
+    const size_t n = w->n, k = w->k, block = w->block;
+    const int wide = w->wide;
     size_t panels = (rows + PANEL - 1) / PANEL;
     float *packed = malloc(panels * PANEL * k * sizeof(float) + 1);
     void *probe = malloc(WIDE_W * k * sizeof(float) + 2 * (k / block) * sizeof(float) + 1);
@@ -1323,7 +1334,8 @@ F16C int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k
     }
     free(probe);
     pack_panels(x, rows, k, packed, panels);
-    blocks_job j = {codes, scales, offsets, n, k, block, bits, x, NULL, rows, out, packed, panels};
+    blocks_job j = {w->codes, w->scales, w->offsets, n, k, block, w->bits, x, NULL, rows, out,
+                    packed, panels};
     size_t unit = wide ? WIDE_W : PANEL_W;
     parallel(wide ? block_panels_wide : block_panels, &j, n, unit, part_rows(k, unit), threads);
     free(packed);
@@ -1485,19 +1497,15 @@ void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t 
 
 void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) { (void)x, (void)y, (void)n; }
 
-int trt_kv_blocks_product(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
-                          const uint16_t *scales, const uint16_t *offsets, const float *x,
-                          size_t rows, float *out, size_t threads, int wide, int round_half) {
-    (void)codes, (void)bits, (void)n, (void)k, (void)block, (void)scales, (void)offsets;
-    (void)x, (void)rows, (void)out, (void)threads, (void)wide, (void)round_half;
+int trt_kv_blocks_product(const void *w, const float *x, size_t rows, float *out, size_t threads,
+                          int round_half) {
+    (void)w, (void)x, (void)rows, (void)out, (void)threads, (void)round_half;
     return -1;
 }
 
-int trt_kv_blocks_panels(const uint8_t *codes, int bits, size_t n, size_t k, size_t block,
-                         const uint16_t *scales, const uint16_t *offsets, const float *x,
-                         size_t rows, float *out, size_t threads, int wide, int round_half) {
-    return trt_kv_blocks_product(codes, bits, n, k, block, scales, offsets, x, rows, out,
-                                 threads, wide, round_half);
+int trt_kv_blocks_panels(const void *w, const float *x, size_t rows, float *out, size_t threads,
+                         int round_half) {
+    return trt_kv_blocks_product(w, x, rows, out, threads, round_half);
 }
 
 

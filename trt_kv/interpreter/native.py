@@ -26,7 +26,7 @@ import numpy as np
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 
-SIGNATURES = 12  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 13  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
@@ -83,9 +83,8 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
         rope.argtypes += [ctypes.c_int]
         sigmoid.argtypes = [pointer, pointer, size]
-        for fn in blocks:
-            fn.argtypes = [pointer, ctypes.c_int, *[size] * 3, *[pointer] * 3, size, pointer]
-            fn.argtypes += [size, ctypes.c_int, ctypes.c_int]
+        for fn in blocks:  # the weight (a _BlocksWeight), x, rows, out, threads, rounded
+            fn.argtypes = [pointer, pointer, size, pointer, size, ctypes.c_int]
         flag, single = ctypes.c_int, ctypes.c_float  # the chains (trt_kv.interpreter.chains)
         chains[0].argtypes = [pointer, size, size, single, pointer, flag, flag, pointer, pointer]
         chains[1].argtypes = [pointer, pointer, size, size, flag, single, pointer, flag, flag]
@@ -363,16 +362,32 @@ def blocks_call(
     """
     fn = LIB.trt_kv_blocks_panels if panels else LIB.trt_kv_blocks_product
     n, k = scales.shape[0], scales.shape[1] * block
-    weight = (address(codes), bits, n, k, block, address(scales))
-    weight += (0 if offsets is None else address(offsets),)
-    flag = int(wide and WIDE)
+    at = 0 if offsets is None else address(offsets)
+    held = _BlocksWeight(address(codes), address(scales), at, n, k, block, bits, int(wide and WIDE))
+    weight = ctypes.addressof(held)
 
-    def call(x: np.ndarray, threads: int, rounded: int) -> np.ndarray:
+    def call(x: np.ndarray, threads: int, rounded: int, _held: _BlocksWeight = held) -> np.ndarray:
         if x.shape[1] != k:
             raise ShapeError(mismatch("x", "K", k, x.shape[1]))
         out = np.empty((x.shape[0], n), _F32)
-        if out.size and fn(*weight, address(x), x.shape[0], address(out), threads, flag, rounded):
+        if out.size and fn(weight, address(x), x.shape[0], address(out), threads, rounded):
             raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
         return out
 
     return call
+
+
+class _BlocksWeight(ctypes.Structure):
+    """The C file's ``blocks_weight``: a weight held in blocks as the block products take it
+    (its arrays' addresses and dims, one argument instead of eight on every call)."""
+
+    _fields_ = [
+        ("codes", ctypes.c_void_p),
+        ("scales", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
+        ("n", ctypes.c_size_t),
+        ("k", ctypes.c_size_t),
+        ("block", ctypes.c_size_t),
+        ("bits", ctypes.c_int),
+        ("wide", ctypes.c_int),
+    ]
