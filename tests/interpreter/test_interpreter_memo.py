@@ -1,5 +1,5 @@
 """trt_kv/interpreter/memo.py: a step's derivation shared by its layers, keyed by its inputs'
-bytes (never their identity), and the attention layers' use of it: a mask changed in place
+bytes (never their identity alone), and the attention layers' use of it: a mask changed in place
 between two runs of one plan is read anew."""
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ def test_the_same_bytes_give_the_last_value_and_other_bytes_derive_again():
     assert get(a.reshape(2, 3), extra=("x",)) == 5  # the extra values are part of the key
     assert get(None) == get(None) == 6
     assert len(calls) == 6
+    b = np.arange(6, dtype=np.int64)  # the last call's object itself, reshaped or retyped
+    assert get(b) == get(b) == 7
+    b.shape = (3, 2)
+    assert get(b) == 8
+    b.dtype = np.uint64
+    assert get(b) == 9
+    assert len(calls) == 9
 
 
 def test_frozen_is_a_read_only_copy_that_leaves_the_callers_array_alone():
