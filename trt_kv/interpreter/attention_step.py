@@ -254,7 +254,7 @@ def _kernel(
     rounded = [steps[n].kernel.fn is steps[n].kernel.halves for n in block.ropes]
     scale = steps[block.scale].kernel.fn  # one input: Q, float32 here (no cast to make)
     writes = _writes(steps[block.caches[0]], steps[block.caches[1]], at)
-    attend = _call(steps[block.attention[0]], at, compute)
+    attend = _attend(steps[block.attention[0]], at, compute)
     nq, nkv, h = block.widths
     form = block.interleaved
 
@@ -284,7 +284,7 @@ def _kernel(
         q = scale([rope_at(q, c, s, *rows, form, rounded[0])])
         write_rows(keys, rope_at(kc.reshape(b, nkv, 1, h), c, s, *rows, form, rounded[1]), where)
         write_rows(values, v, where)
-        out = attend(0, q, x, keys, values)
+        out = attend(q, keys, values, x)
         return out.reshape(b, 1, nq * h), keys, values
 
     return Kernel(run)
@@ -316,19 +316,18 @@ def _fit(keys: np.ndarray, values: np.ndarray, update: np.ndarray, where: np.nda
     )
 
 
-def _call(step: Step, at: dict[str, int], compute: np.dtype) -> Callable[..., np.ndarray]:
-    """``call(j, a, x, *rest)``: ``step``'s kernel on its inputs from ``x`` (the block step's,
-    by position in ``at``), ``a`` as its input ``j`` and ``rest`` as the inputs after it that
-    the block computes (attention's K and V), each cast where the step casts it."""
-    slots = [at.get(name) if name else None for name, _ in step.inputs]
+def _attend(step: Step, at: dict[str, int], compute: np.dtype) -> Callable[..., np.ndarray]:
+    """``attend(q, k, v, x)``: the attention step's kernel on ``q``, ``k``, ``v`` (its inputs
+    0-2, which the block computes) and its other inputs from ``x`` (the block step's, by
+    position in ``at``), each cast where the step casts it."""
+    rest = [at.get(name) if name else None for name, _ in step.inputs[3:]]
     casts = [j for j, (_, cast) in enumerate(step.inputs) if cast]
     fn = step.kernel.fn
 
-    def call(j: int, a: np.ndarray, x: list, *rest: np.ndarray) -> np.ndarray:
-        args = [None if i is None else x[i] for i in slots]
-        args[j : j + 1 + len(rest)] = (a, *rest)
+    def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, x: list) -> np.ndarray:
+        args = [q, k, v, *[None if i is None else x[i] for i in rest]]
         for i in casts:
             args[i] = widen_to(args[i], compute)
         return fn(args)
 
-    return call
+    return attend

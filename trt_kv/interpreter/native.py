@@ -29,6 +29,7 @@ from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 SIGNATURES = 13  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+_BOOL = np.dtype(np.bool_)
 # Below this, NumPy's two casts (~1.6 us + ~3.7 ns an element here) cost less than a call
 # through ctypes (~2.3 us, most of it fixed)
 _SMALL = 320
@@ -256,9 +257,10 @@ def attention(
         ShapeError: shapes that do not fit (see above).
         MemoryError: no memory for its scratch (scores, keys transposed); no result.
     """
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        expect_dtype(name, a, _F32)
-    expect_dtype("keep", keep, np.dtype(np.bool_))
+    if q.dtype != _F32 or k.dtype != _F32 or v.dtype != _F32 or keep.dtype != _BOOL:
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            expect_dtype(name, a, _F32)
+        expect_dtype("keep", keep, _BOOL)
     b, nq, sq, h = q.shape if q.ndim == 4 else (0, 0, 0, -1)
     nkv = k.shape[1] if k.ndim == 4 else 0
     if h < 0 or k.shape != v.shape or k.shape[::3] != (b, h) or not nkv or nq % nkv:
@@ -278,7 +280,8 @@ def attention(
             raise ShapeError(
                 mismatch("keep", "broadcastable to", (b, heads, sq, n), keep.shape)
             ) from None
-    q, keep = contiguous_aligned(q), np.ascontiguousarray(keep)  # bool: a byte, 0 or 1
+    q = contiguous_aligned(q)
+    keep = keep if keep.flags.c_contiguous else np.ascontiguousarray(keep)  # a byte, 0 or 1
     if (
         k.strides != v.strides
         or k.strides[3] != k.itemsize
