@@ -230,3 +230,29 @@ def test_a_long_prompt_prefills_one_chunk_per_step_while_running_streams_go_on()
     assert chunks == 6 and long.cached_tokens == 0
     run(scheduler)
     assert ids(long) == solo(lambda: host_session("float16"), PROMPTS[4], 6)[0]
+
+
+def test_abort_ends_the_requests_holding_slots_with_an_error_and_the_queue_goes_on():
+    """What the engine loop does when a step raises past its own handlers
+    (``Scheduler.abort``): every request holding slots ends with "error" and the error's
+    message, its slots reset and free; a request still queued then runs as it would alone."""
+    scheduler = Scheduler(host_session("float16"), eos_ids=[], prefill_chunk=8)
+    running = [scheduler.submit(p, SamplingParams(max_tokens=10, n=2)) for p in PROMPTS[:2]]
+    queued = scheduler.submit(PROMPTS[2], GREEDY)
+    for _ in range(3):
+        scheduler.step()
+    stats = scheduler.stats()
+    assert (stats.free, stats.queue_length) == (0, 1)
+    scheduler.abort(RuntimeError("a step failed"))
+    stats = scheduler.stats()
+    # finished counts choices: two requests of two
+    assert (stats.free, stats.queue_length, stats.finished.get("error")) == (4, 1, 4)
+    for ticket in running:
+        assert ticket.done
+        for events in drain_events(ticket).values():
+            end = events[-1]
+            assert (end.token_id, end.finish_reason) == (None, "error")
+            assert end.error == "RuntimeError: a step failed"
+    run(scheduler)
+    assert ids(queued) == solo(lambda: host_session("float16"), PROMPTS[2], 6)[0]
+    assert scheduler.stats().free == 4
