@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.support.cli_user import write_tiny_model
+from tests.support.cli_user import run_json, write_tiny_model
 from trt_kv.cli import main
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
@@ -13,11 +13,6 @@ from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-def run_json(capsys, *argv):
-    assert main(["generate", "--json", *argv]) == 0
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def test_build_prints_a_summary_table(tmp_path, capsys):

@@ -7,8 +7,13 @@ import sys
 
 import pytest
 
-from tests.cli.test_cli import run_json
-from tests.support.cli_user import run_cli, user_env, write_tiny_model, write_tiny_tokenizer
+from tests.support.cli_user import (
+    run_cli,
+    run_json,
+    user_env,
+    write_tiny_model,
+    write_tiny_tokenizer,
+)
 
 ASK = ["--backend", "reference", "--max-new-tokens", "3", "--ignore-eos", "-q"]
 USER, ASSISTANT, SYSTEM, MARK = 3, 4, 2, 1  # the template's ids: "w1 wROLE content w1 "

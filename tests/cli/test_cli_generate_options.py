@@ -8,8 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from tests.cli.test_cli import run_json
-from tests.support.cli_user import run_cli, user_env, write_tiny_model, write_tiny_tokenizer
+from tests.support.cli_user import (
+    run_cli,
+    run_json,
+    user_env,
+    write_tiny_model,
+    write_tiny_tokenizer,
+)
 from trt_kv.cli import main
 from trt_kv.cli.prompt_file import parse_prompts, read_prompts
 from trt_kv.errors import ArgumentError

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import run_json
-from tests.support.cli_user import user_env, write_tiny_model, write_tiny_tokenizer
+from tests.support.cli_user import run_json, user_env, write_tiny_model, write_tiny_tokenizer
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.interpreter.test_interpreter_half import require_compiled_helper
 from tests.quantization.test_quantized_weights import EXACT, _stored
+from tests.support.compiled_helper import require_compiled_helper
 from trt_kv import dtypes
 from trt_kv.builder import create_network
 from trt_kv.checkpoints.gguf_blocks import keep_quantized

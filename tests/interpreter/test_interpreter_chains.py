@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.interpreter.test_interpreter_half import require_compiled_helper
+from tests.support.compiled_helper import require_compiled_helper
 from tests.support.interpreter_support import Net, rand
 from tests.support.tiny_models import TINY_GQA
 from trt_kv._trt import trt

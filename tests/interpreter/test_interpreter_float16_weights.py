@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tests.interpreter.test_interpreter_half import require_compiled_helper
+from tests.support.compiled_helper import require_compiled_helper
 from tests.support.interpreter_support import Net, rand
 from trt_kv._trt import trt
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.interpreter.test_interpreter_half import require_compiled_helper
+from tests.support.compiled_helper import require_compiled_helper
 from tests.support.interpreter_support import Net, rand
 from trt_kv.errors import DTypeError, ShapeError
 from trt_kv.interpreter import compile_network, native_rope, transformer

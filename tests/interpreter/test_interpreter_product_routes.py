@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.interpreter.test_interpreter_float16_weights import _float32_bound
-from tests.interpreter.test_interpreter_half import require_compiled_helper
+from tests.support.compiled_helper import require_compiled_helper
 from tests.support.interpreter_support import Net, rand
 from trt_kv._trt import trt
 from trt_kv.interpreter import compile_network, products

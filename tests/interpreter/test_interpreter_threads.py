@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.interpreter.test_interpreter_half import require_compiled_helper
+from tests.support.compiled_helper import require_compiled_helper
 from tests.support.interpreter_support import Net, rand
 from trt_kv._trt import trt
 from trt_kv.build_defaults import THREADS_ENV, default_threads

@@ -1,9 +1,13 @@
-"""Run ``python -m trt_kv`` as a user would: a fresh interpreter on this checkout."""
+"""Run ``python -m trt_kv`` as a user would: a fresh interpreter on this checkout (or, with
+:func:`run_json`, ``trt-kv generate --json`` in this process)."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from trt_kv.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +103,10 @@ def write_tiny_tokenizer(folder: Path) -> Path:
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TINY_CHAT_TEMPLATE}))
     return folder
+
+
+def run_json(capsys: object, *argv: str) -> dict:
+    """``trt-kv generate --json ARGV...`` in this process (its exit status checked): the JSON
+    line it printed last, from pytest's ``capsys``."""
+    assert main(["generate", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
