@@ -1032,10 +1032,7 @@ typedef struct {
 } blocks_weight;
 
 typedef struct {
-    const uint8_t *codes;
-    const uint16_t *scales, *offsets;
-    size_t n, k, block;
-    int bits;
+    blocks_weight w; /* the weight, as the caller passed it */
     const float *x, *sums; /* sums [rows, k / block]: x summed per block (offsets only) */
     size_t rows;
     float *out;
@@ -1068,10 +1065,10 @@ F16C static inline void row_fields(const uint16_t *h, size_t count, float *f) {
  * the rows' scales. */
 F16C static inline void rows_offsets(const blocks_job *j, size_t first, size_t count,
                                      const float *d, float *o) {
-    const size_t nb = j->k / j->block;
-    if (j->offsets) row_fields(j->offsets + first * nb, count, o);
+    const size_t nb = j->w.k / j->w.block;
+    if (j->w.offsets) row_fields(j->w.offsets + first * nb, count, o);
     else memset(o, 0, count * sizeof(float));
-    if (j->bits != 4) return;
+    if (j->w.bits != 4) return;
     const __m256 eight = _mm256_set1_ps(8.0f);
     size_t b = 0;
     for (; b + 8 <= count; b += 8) /* 8 d is exact: one rounding, as o - 8 d */
@@ -1103,13 +1100,13 @@ F16C static inline __attribute__((always_inline)) __m256 nibbles8(const uint8_t 
 F16C static inline __attribute__((always_inline)) void block_row(const blocks_job *j, size_t r,
                                                                  const float *d, const float *x,
                                                                  __m256 acc[8], const int nx) {
-    const size_t k = j->k, bytes = j->bits == 4 ? 16 : 32;
-    const uint8_t *p = j->codes + r * (k / 32) * bytes;
+    const size_t k = j->w.k, bytes = j->w.bits == 4 ? 16 : 32;
+    const uint8_t *p = j->w.codes + r * (k / 32) * bytes;
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     for (size_t g = 0; g < k / 32; g++, p += bytes) {
         __m256 w0, w1, w2, w3;
         if (bytes == 32 || !(g & 1)) _mm_prefetch((const char *)(p + BLOCK_AHEAD), _MM_HINT_T0);
-        if (j->bits == 4) {
+        if (j->w.bits == 4) {
             w0 = nibbles8(p, 0), w1 = nibbles8(p + 8, 0), w2 = nibbles8(p, 1);
             w3 = nibbles8(p + 8, 1);
         } else {
@@ -1120,7 +1117,7 @@ F16C static inline __attribute__((always_inline)) void block_row(const blocks_jo
             w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 24))));
         }
         const float *xg = x + g * 32;
-        if (j->block == 32) {
+        if (j->w.block == 32) {
             __m256 s = _mm256_set1_ps(d[g]);
             for (int i = 0; i < nx; i++) {
                 const float *xi = xg + i * k;
@@ -1158,16 +1155,16 @@ WIDE static inline __attribute__((always_inline)) __m512 nibbles16(const uint8_t
 WIDE static inline __attribute__((always_inline)) void group_wide(
     const blocks_job *j, const uint8_t *p, size_t g, const float *d, const float *x,
     __m512 acc[8], const int nx) {
-    const size_t k = j->k;
+    const size_t k = j->w.k;
     __m512 w0, w1;
-    if (j->bits == 4) {
+    if (j->w.bits == 4) {
         w0 = nibbles16(p, 0), w1 = nibbles16(p, 1);
     } else {
         w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
         w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
     }
     const float *xg = x + g * 32;
-    if (j->block == 32) {
+    if (j->w.block == 32) {
         __m512 s = _mm512_set1_ps(d[g]);
         for (int i = 0; i < nx; i++) {
             const float *xi = xg + i * k;
@@ -1189,8 +1186,8 @@ WIDE static inline __attribute__((always_inline)) void group_wide(
  * summed apart (two chains of additions), then added. */
 WIDE static inline __attribute__((always_inline)) void block_row_wide(
     const blocks_job *j, size_t r, const float *d, const float *x, __m512 acc[8], const int nx) {
-    const size_t groups = j->k / 32, bytes = j->bits == 4 ? 16 : 32;
-    const uint8_t *p = j->codes + r * groups * bytes;
+    const size_t groups = j->w.k / 32, bytes = j->w.bits == 4 ? 16 : 32;
+    const uint8_t *p = j->w.codes + r * groups * bytes;
     __m512 odd[8];
     for (int i = 0; i < nx; i++) acc[i] = odd[i] = _mm512_setzero_ps();
     size_t g = 0;
@@ -1213,18 +1210,18 @@ WIDE static inline float lanes_sum_wide(__m512 v) {
 #define BLOCK_ROWS(NAME, TARGET, VEC, ROW, SUM, T)                                              \
     TARGET static void NAME(void *arg, size_t lo, size_t hi) {                                 \
         const blocks_job *j = arg;                                                             \
-        const size_t nb = j->k / j->block, n = j->n;                                           \
+        const size_t nb = j->w.k / j->w.block, n = j->w.n;                                     \
         const size_t cap = nb > 2048 ? nb : 2048, chunk = cap / nb;                            \
         float d[cap], o[cap]; /* the scales and offsets of up to chunk rows, widened */        \
         for (size_t c0 = lo; c0 < hi; c0 += chunk) {                                           \
             size_t c1 = c0 + chunk < hi ? c0 + chunk : hi;                                     \
-            row_fields(j->scales + c0 * nb, (c1 - c0) * nb, d);                                \
+            row_fields(j->w.scales + c0 * nb, (c1 - c0) * nb, d);                              \
             if (j->sums) rows_offsets(j, c0, (c1 - c0) * nb, d, o);                            \
             for (size_t r = c0; r < c1; r++) {                                                 \
                 const float *dr = d + (r - c0) * nb, *orow = o + (r - c0) * nb;                \
                 for (size_t m = 0; m < j->rows; m += T) {                                      \
                     VEC acc[8]; /* T used: the cases past T never run */                \
-                    const float *x = j->x + m * j->k;                                          \
+                    const float *x = j->x + m * j->w.k;                                        \
                     size_t nx = j->rows - m < T ? j->rows - m : T;                             \
                     switch (nx) {                                                              \
                     case 8: ROW(j, r, dr, x, acc, 8); break;                                   \
@@ -1267,8 +1264,7 @@ static float *block_sums(const float *x, size_t rows, size_t k, size_t block) {
 F16C int trt_kv_blocks_product(const blocks_weight *w, const float *x, size_t rows, float *out,
                                size_t threads, int round_half) {
     const size_t n = w->n, k = w->k;
-    blocks_job j = {w->codes, w->scales, w->offsets, n, k, w->block, w->bits, x, NULL, rows, out,
-                    NULL, 0};
+    blocks_job j = {*w, x, NULL, rows, out, NULL, 0};
     float *sums = NULL;
     if ((w->offsets || w->bits == 4) && !(sums = block_sums(x, rows, k, w->block))) return -1;
     j.sums = sums;
@@ -1283,25 +1279,25 @@ F16C int trt_kv_blocks_product(const blocks_weight *w, const float *x, size_t ro
 #define BLOCK_PANELS(NAME, TARGET, KIND, WIDTH, STEP)                                          \
     TARGET static void NAME(void *arg, size_t lo, size_t hi) {                                 \
         const blocks_job *j = arg;                                                             \
-        const size_t k = j->k, nb = k / j->block, bytes = j->bits == 4 ? 16 : 32;              \
+        const size_t k = j->w.k, nb = k / j->w.block, bytes = j->w.bits == 4 ? 16 : 32;        \
         float *w = malloc(WIDTH * k * sizeof(float) + 2 * nb * sizeof(float) + 1);             \
         if (!w) return; /* the caller checked a block of this size could be had */             \
         float *d = w + WIDTH * k, *o = d + nb;                                                 \
         for (size_t r = lo; r < hi; r += WIDTH) {                                              \
             size_t nw = hi - r < WIDTH ? hi - r : WIDTH;                                       \
             for (size_t i = 0; i < nw; i++) {                                                  \
-                row_fields(j->scales + (r + i) * nb, nb, d);                                   \
-                if (j->offsets) row_fields(j->offsets + (r + i) * nb, nb, o);                  \
-                const uint8_t *p = j->codes + (r + i) * (k / 32) * bytes;                      \
+                row_fields(j->w.scales + (r + i) * nb, nb, d);                                 \
+                if (j->w.offsets) row_fields(j->w.offsets + (r + i) * nb, nb, o);              \
+                const uint8_t *p = j->w.codes + (r + i) * (k / 32) * bytes;                    \
                 float *wr = w + i * k;                                                         \
                 for (size_t g = 0; g < k / 32; g++, p += bytes) {                              \
-                    __m256i c = codes32(p, j->bits);                                           \
+                    __m256i c = codes32(p, j->w.bits);                                         \
                     __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1); \
                     __m256 v[4] = {codes8(c0), codes8(_mm_srli_si128(c0, 8)), codes8(c1),     \
                                    codes8(_mm_srli_si128(c1, 8))};                             \
                     for (size_t q = 0; q < 4; q++) {                                           \
-                        size_t b = (g * 32 + q * 8) / j->block;                                \
-                        __m256 off = j->offsets ? _mm256_set1_ps(o[b]) : _mm256_setzero_ps(); \
+                        size_t b = (g * 32 + q * 8) / j->w.block;                              \
+                        __m256 off = j->w.offsets ? _mm256_set1_ps(o[b]) : _mm256_setzero_ps(); \
                         /* d * code is exact (11 x 8 significant bits): one rounding */         \
                         _mm256_storeu_ps(wr + g * 32 + q * 8,                                  \
                                          _mm256_fmadd_ps(v[q], _mm256_set1_ps(d[b]), off));    \
@@ -1311,8 +1307,8 @@ F16C int trt_kv_blocks_product(const blocks_weight *w, const float *x, size_t ro
             for (size_t p = 0; p < j->panels; p += STEP) {                                     \
                 size_t m = j->rows - p * PANEL < STEP * PANEL ? j->rows - p * PANEL           \
                                                               : STEP * PANEL;                  \
-                tiles_##KIND(w, nw, k, j->packed + p * PANEL * k, j->out + p * PANEL * j->n + r, \
-                             j->n, m);                                                         \
+                tiles_##KIND(w, nw, k, j->packed + p * PANEL * k,                              \
+                             j->out + p * PANEL * j->w.n + r, j->w.n, m);                      \
             }                                                                                  \
         }                                                                                      \
         free(w);                                                                               \
@@ -1334,8 +1330,7 @@ F16C int trt_kv_blocks_panels(const blocks_weight *w, const float *x, size_t row
     }
     free(probe);
     pack_panels(x, rows, k, packed, panels);
-    blocks_job j = {w->codes, w->scales, w->offsets, n, k, block, w->bits, x, NULL, rows, out,
-                    packed, panels};
+    blocks_job j = {*w, x, NULL, rows, out, packed, panels};
     size_t unit = wide ? WIDE_W : PANEL_W;
     parallel(wide ? block_panels_wide : block_panels, &j, n, unit, part_rows(k, unit), threads);
     free(packed);
