@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trt_kv import _trt
 from trt_kv.interpreter import half
 from trt_kv.interpreter.graph import L, LayerGraph
 from trt_kv.interpreter.half import widen_to
@@ -100,9 +101,8 @@ class _Steps:
 
 def find(steps: list[Step], network: object) -> list[Block]:
     """The attention blocks among ``steps`` (a fast plan's, of ``network``), in step order."""
-    att_input = getattr(L, "ATTENTION_INPUT", None)
-    if att_input is None or not hasattr(L, "ROTARY_EMBEDDING"):
-        return []
+    if not (_trt.FEATURES.attention and _trt.FEATURES.rotary_embedding):
+        return []  # no network of the installed module holds the layers
     g = LayerGraph(network)
     if not g.unique:
         return []
@@ -110,7 +110,7 @@ def find(steps: list[Step], network: object) -> list[Block]:
     found = []
     for step in steps:
         layer = g.layers.get(step.layer)
-        if layer is not None and layer.type == att_input:
+        if layer is not None and layer.type == L.ATTENTION_INPUT:
             block = _match(g, s, step)
             if block is not None:
                 found.append(block)

@@ -4,7 +4,7 @@ and readers, the layers downcast to their classes (:mod:`~trt_kv.interpreter.fus
 
 from __future__ import annotations
 
-from trt_kv._trt import trt
+from trt_kv._trt import FEATURES, trt
 
 L = trt.LayerType
 CLASSES = {
@@ -19,9 +19,8 @@ CLASSES = {
     L.UNARY: trt.IUnaryLayer,
     L.ACTIVATION: trt.IActivationLayer,
 }
-for _type, _class in (("ROTARY_EMBEDDING", "IRotaryEmbeddingLayer"),):  # where the module has it
-    if hasattr(L, _type) and hasattr(trt, _class):
-        CLASSES[getattr(L, _type)] = getattr(trt, _class)
+if FEATURES.rotary_embedding:  # read only where the installed module has the layer
+    CLASSES[L.ROTARY_EMBEDDING] = trt.IRotaryEmbeddingLayer
 
 
 class LayerGraph:
