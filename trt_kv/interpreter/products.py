@@ -219,23 +219,22 @@ def block_product(x: Array, w: blocks.BlockWeight, rounded: bool = False) -> Arr
 
 def block_caller(w: blocks.BlockWeight, rounded: bool = False) -> Callable[[Array], Array]:
     """:func:`block_product` of one weight as ``call(x)``, for a plan's step that multiplies
-    by ``w`` on every run: a decode step's rows (float32, C-contiguous and aligned, up to
-    :data:`BLOCK_ROWS`, the helper built) go straight to the BLOCK_NATIVE route's bound call
+    by ``w`` on every run: float32 rows, C-contiguous and aligned, for which :func:`choose`
+    gives BLOCK_NATIVE (a decode step's) go straight to that route's bound call
     (:attr:`~trt_kv.interpreter.blocks.BlockWeight.native_calls`), without
-    :func:`block_product`'s conversions, reshapes and route choice (~3 us a call, ~0.5 ms a
-    decode step of the default model); anything else through :func:`block_product`. The same
-    route, count and bits either way."""
+    :func:`block_product`'s conversions and reshapes or :func:`multiply`'s dispatch (~1.5 us
+    a call when warm, ~0.5 ms a decode step of the default model inside a step); anything
+    else through :func:`block_product`. The same route, count and bits either way."""
     (n, k), flag = w.shape, int(rounded)
     counts, name = blocks.COUNTS, _BLOCK_NATIVE.value
 
     def call(x: Array) -> Array:
         if (
-            half.NATIVE  # read on every call, as choose reads it
-            and x.dtype == _F32
+            x.dtype == _F32
             and x.shape[-1:] == (k,)
-            and x.size <= BLOCK_ROWS * k
             and x.flags.c_contiguous
             and x.flags.aligned
+            and choose(_BLOCKS, x.size // k, n, k, _F32, _F32) is _BLOCK_NATIVE
         ):
             counts[name] += 1
             y = w.native_calls[0](x.reshape(-1, k), _threads[0], flag)
