@@ -304,7 +304,7 @@ def _compile(source: str, out: Path) -> None:
 
 
 def _stand_in(ready: int, digest: str) -> str:
-    """C source of a library with the helper's sixteen symbols (functions that do nothing)."""
+    """C source of a library with the helper's 20 symbols (functions that do nothing)."""
     return (
         f"int trt_kv_native_ready(void) {{ return {ready}; }}\n"
         f'const char *trt_kv_native_source(void) {{ return "{digest}"; }}\n'
@@ -317,6 +317,7 @@ def _stand_in(ready: int, digest: str) -> str:
         "int trt_kv_native_wide(void) { return 0; }\n"
         "int trt_kv_attention_float32(void) { return 0; }\n"
         "void trt_kv_rope_float32(void) {}\nvoid trt_kv_sigmoid_float32(void) {}\n"
+        "void trt_kv_decode_heads(void) {}\n"
         "int trt_kv_blocks_product(void) { return 0; }\n"
         "int trt_kv_blocks_panels(void) { return 0; }\n"
         "void trt_kv_rms_norm(void) {}\nvoid trt_kv_add_rms_norm(void) {}\n"

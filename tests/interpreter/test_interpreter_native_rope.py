@@ -127,3 +127,44 @@ def test_a_float16_layer_is_rounded_in_the_helpers_call_and_reads_changed_positi
         wide = [a.astype(np.float32) for a in (x16, cos, sin)]
         expected = ops.apply_rope(wide[0], wide[1], wide[2], positions).astype(np.float16)
         np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize(("b", "nq", "nkv", "h", "dim", "interleaved"), [
+    (1, 9, 3, 64, None, False),  # SmolLM2's heads
+    (3, 4, 2, 20, 12, False),  # a partial rotary dim, halves not a multiple of 8
+    (2, 2, 2, 10, None, True),
+])  # fmt: skip
+@pytest.mark.parametrize(
+    "rounded", [(False, False, False), (True, True, True), (True, False, True)]
+)
+def test_decode_heads_are_rope_scale_and_cache_writes_one_by_one(
+    b, nq, nkv, h, dim, interleaved, rounded
+):
+    """One call gives the bits of RoPE (the reference's), the float32 scale, each rounding to
+    float16 where asked, and the cache update's row writes, from rows that are columns of one
+    product (Q, K, V side by side); nothing else in the caches changes."""
+    width, s_max = (nq + 2 * nkv) * h, 7
+    qkv = rand(b, 1, width, seed=11) * np.float32(1e3)
+    q, k, v = np.split(qkv, [nq * h, (nq + nkv) * h], axis=2)
+    half = (dim or h) // 2
+    cos, sin = rand(40, half, seed=12), rand(40, half, seed=13)
+    positions = np.array([[39], [0], [17]][:b], np.int64)
+    where = np.array([6, 0, 3][:b], np.int64)
+    factor = np.float32(0.125) * np.float32(1.1)  # not a power of two: the product rounds
+    keys, values = rand(b, nkv, s_max, h, seed=14), rand(b, nkv, s_max, h, seed=15)
+    want_keys, want_values = keys.copy(), values.copy()
+
+    def rope(x: np.ndarray, n: int, rounding: bool) -> np.ndarray:
+        out = ops.apply_rope(x.reshape(b, n, 1, h), cos, sin, positions, dim, interleaved)
+        return out.astype(np.float16).astype(np.float32) if rounding else out
+
+    want_q = np.multiply(rope(q, nq, rounded[0]), factor)
+    want_q = want_q.astype(np.float16).astype(np.float32) if rounded[2] else want_q
+    ops.kv_cache_update_(want_keys, rope(k, nkv, rounded[1]), where)
+    ops.kv_cache_update_(want_values, v.reshape(b, nkv, 1, h), where)
+    rows, r = native_rope.rope_rows((b, nq, 1, h), cos, sin, positions, dim)
+    heads = native_rope.decode_heads((nq, nkv, h), r, interleaved, rounded[:2], factor, rounded[2])
+    got_q = heads(q, k, v, cos, sin, rows, keys, values, where)
+    np.testing.assert_array_equal(got_q.view(np.uint32), want_q.view(np.uint32))
+    np.testing.assert_array_equal(keys.view(np.uint32), want_keys.view(np.uint32))
+    np.testing.assert_array_equal(values.view(np.uint32), want_values.view(np.uint32))

@@ -61,7 +61,7 @@ static float bits_to_float(uint32_t u) {
 
 #define F16C __attribute__((target("avx2,fma,f16c")))
 
-#define SIGNATURES 13 /* change with any signature in this file */
+#define SIGNATURES 14 /* change with any signature in this file */
 
 int trt_kv_native_ready(void) {
     __builtin_cpu_init();
@@ -963,41 +963,86 @@ F16C int trt_kv_attention_float32(const float *q, size_t b, size_t nq, size_t sq
  * interleaved: pairs (x[2i], x[2i + 1]) instead of (x[i], x[i + r / 2]). round_half: out
  * rounded to float16 values (a float16 network's RoPE output). */
 #define UNFUSED(v) __asm__("" : "+x"(v))
+F16C static void rope_row(const float *xr, const float *c, const float *sn, size_t h, size_t r,
+                          int interleaved, float *o) {
+    size_t half = r / 2, i = 0;
+    if (!interleaved)
+        for (; i + 8 <= half; i += 8) {
+            __m256 x1 = _mm256_loadu_ps(xr + i), x2 = _mm256_loadu_ps(xr + half + i);
+            __m256 ci = _mm256_loadu_ps(c + i), si = _mm256_loadu_ps(sn + i);
+            __m256 a = _mm256_mul_ps(x1, ci), d = _mm256_mul_ps(x2, ci);
+            __m256 e = _mm256_mul_ps(x2, si), f = _mm256_mul_ps(x1, si);
+            UNFUSED(a);
+            UNFUSED(d);
+            UNFUSED(e);
+            UNFUSED(f);
+            _mm256_storeu_ps(o + i, _mm256_sub_ps(a, e));
+            _mm256_storeu_ps(o + half + i, _mm256_add_ps(d, f));
+        }
+    for (; i < half; i++) {
+        size_t one = interleaved ? 2 * i : i, two = interleaved ? 2 * i + 1 : i + half;
+        volatile float a = xr[one] * c[i], d = xr[two] * c[i];
+        volatile float e = xr[two] * sn[i], f = xr[one] * sn[i];
+        o[one] = a - e;
+        o[two] = d + f;
+    }
+    for (size_t j = r; j < h; j++) o[j] = xr[j];
+}
+
 F16C void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t h, size_t r,
                               const float *cos, const float *sin, const int64_t *positions,
                               int interleaved, float *out, int round_half) {
-    size_t half = r / 2;
     for (size_t bi = 0; bi < b; bi++)
         for (size_t n = 0; n < nh; n++)
             for (size_t s = 0; s < sq; s++) {
-                size_t row = (bi * nh + n) * sq + s;
-                const float *xr = x + row * h, *c = cos + positions[bi * sq + s] * half;
-                const float *sn = sin + positions[bi * sq + s] * half;
-                float *o = out + row * h;
-                size_t i = 0;
-                if (!interleaved)
-                    for (; i + 8 <= half; i += 8) {
-                        __m256 x1 = _mm256_loadu_ps(xr + i), x2 = _mm256_loadu_ps(xr + half + i);
-                        __m256 ci = _mm256_loadu_ps(c + i), si = _mm256_loadu_ps(sn + i);
-                        __m256 a = _mm256_mul_ps(x1, ci), d = _mm256_mul_ps(x2, ci);
-                        __m256 e = _mm256_mul_ps(x2, si), f = _mm256_mul_ps(x1, si);
-                        UNFUSED(a);
-                        UNFUSED(d);
-                        UNFUSED(e);
-                        UNFUSED(f);
-                        _mm256_storeu_ps(o + i, _mm256_sub_ps(a, e));
-                        _mm256_storeu_ps(o + half + i, _mm256_add_ps(d, f));
-                    }
-                for (; i < half; i++) {
-                    size_t one = interleaved ? 2 * i : i, two = interleaved ? 2 * i + 1 : i + half;
-                    volatile float a = xr[one] * c[i], d = xr[two] * c[i];
-                    volatile float e = xr[two] * sn[i], f = xr[one] * sn[i];
-                    o[one] = a - e;
-                    o[two] = d + f;
-                }
-                for (size_t j = r; j < h; j++) o[j] = xr[j];
+                size_t row = (bi * nh + n) * sq + s, at = positions[bi * sq + s] * (r / 2);
+                rope_row(x + row * h, cos + at, sin + at, h, r, interleaved, out + row * h);
             }
     if (round_half) trt_kv_round_float16(out, out, b * nh * sq * h);
+}
+
+/* A decode step's heads as its attention block takes them (trt_kv/interpreter/attention_step.py:
+ * RoPE, Q's scale and both cache updates, one call instead of five), one token a sequence: for
+ * each sequence bi of b, q's nq heads rotated (rounded to float16 values where round_q), each
+ * element times factor (one float32 product, rounded where round_scaled) into q_out
+ * [b, nq, 1, h]; k's nkv heads rotated (round_k) and v's copied into row where[bi] of the
+ * caches [b, nkv, s_max, h] (contiguous). q, k and v: each sequence's heads contiguous, the
+ * sequences strides[0], strides[1] and strides[2] floats apart (rows of their own, or columns
+ * of one product). Each element as trt_kv_rope_float32, a float32 multiply and
+ * trt_kv_round_float16 give it: the bits of those steps one by one. The caller checks where
+ * (within the caches) and rows (within the tables). */
+typedef struct {
+    size_t nq, nkv, h, r;
+    int interleaved, round_q, round_k, round_scaled;
+    float factor;
+} decode_heads;
+
+F16C void trt_kv_decode_heads(const decode_heads *d, const float *q, const float *k,
+                              const float *v, const size_t *strides, size_t b, const float *cos,
+                              const float *sin, const int64_t *rows, float *q_out,
+                              float *k_cache, float *v_cache, size_t s_max,
+                              const int64_t *where) {
+    const size_t h = d->h, at = d->r / 2;
+    const __m256 factor = _mm256_set1_ps(d->factor);
+    for (size_t bi = 0; bi < b; bi++) {
+        const float *c = cos + rows[bi] * at, *sn = sin + rows[bi] * at;
+        for (size_t n = 0; n < d->nq; n++) {
+            float *o = q_out + (bi * d->nq + n) * h;
+            rope_row(q + bi * strides[0] + n * h, c, sn, h, d->r, d->interleaved, o);
+            if (d->round_q) trt_kv_round_float16(o, o, h);
+            size_t i = 0;
+            for (; i + 8 <= h; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), factor));
+            for (; i < h; i++) o[i] *= d->factor;
+            if (d->round_scaled) trt_kv_round_float16(o, o, h);
+        }
+        for (size_t n = 0; n < d->nkv; n++) {
+            size_t row = ((bi * d->nkv + n) * s_max + (size_t)where[bi]) * h;
+            rope_row(k + bi * strides[1] + n * h, c, sn, h, d->r, d->interleaved, k_cache + row);
+            if (d->round_k) trt_kv_round_float16(k_cache + row, k_cache + row, h);
+            memcpy(v_cache + row, v + bi * strides[2] + n * h, h * sizeof(float));
+        }
+    }
 }
 
 /* Products against weights kept quantized (trt_kv/interpreter/blocks.py): out [rows, n] =
@@ -1491,6 +1536,14 @@ void trt_kv_rope_float32(const float *x, size_t b, size_t nh, size_t sq, size_t 
 }
 
 void trt_kv_sigmoid_float32(const float *x, float *y, size_t n) { (void)x, (void)y, (void)n; }
+
+void trt_kv_decode_heads(const void *d, const float *q, const float *k, const float *v,
+                         const size_t *strides, size_t b, const float *cos, const float *sin,
+                         const int64_t *rows, float *q_out, float *k_cache, float *v_cache,
+                         size_t s_max, const int64_t *where) {
+    (void)d, (void)q, (void)k, (void)v, (void)strides, (void)b, (void)cos, (void)sin, (void)rows;
+    (void)q_out, (void)k_cache, (void)v_cache, (void)s_max, (void)where;
+}
 
 int trt_kv_blocks_product(const void *w, const float *x, size_t rows, float *out, size_t threads,
                           int round_half) {

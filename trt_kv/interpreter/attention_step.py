@@ -13,14 +13,15 @@ place. For one token a sequence (``S = 1``: a decode step) that step runs them w
 around them:
 
 - the shuffles are reshapes (with S = 1 the same elements in the same order);
-- RoPE's table rows are derived once for Q and K (their B, S and H are the same), then
-  :func:`~trt_kv.interpreter.native_rope.rope_at` rotates each;
-- the scale and attention are those steps' own kernels, called in turn with their own casts;
-- K and V go into their caches as the cache update's own fast path writes them
-  (:func:`~trt_kv.interpreter.transformer.write_rows`), after its own test
-  (:func:`~trt_kv.interpreter.transformer.writes_within`) passed for both caches, which must
-  be writeable float32 arrays (a float32 plan's, or float16 caches held wide). Otherwise the
-  steps run, and raise their own errors before anything is written.
+- RoPE of Q and K, Q's scale and both cache updates are one helper call
+  (:func:`~trt_kv.interpreter.native_rope.decode_heads`, an element-wise chain of the decode
+  step), with the bits of those steps: RoPE's table rows derived once a step
+  (:func:`~trt_kv.interpreter.transformer.native_rows`), the scale a ``scale`` chain's
+  (:class:`~trt_kv.interpreter.chains.Scale`), and K and V written after the cache update's
+  own test (:func:`~trt_kv.interpreter.transformer.writes_within`) passed for both caches,
+  which must be writeable, C-contiguous float32 arrays (a float32 plan's, or float16 caches
+  held wide). Otherwise the steps run, and raise their own errors before anything is written;
+- attention is that step's own kernel, with its own casts.
 
 Anything else (a prefill chunk, a dtype or table the helper does not take) runs the original
 steps in order (:class:`~trt_kv.interpreter.program.SlotProgram`), as without this pass.
@@ -31,21 +32,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
 from trt_kv import _trt
 from trt_kv.interpreter import half
+from trt_kv.interpreter.buffers import contiguous_aligned
+from trt_kv.interpreter.chains import Scale
 from trt_kv.interpreter.graph import L, LayerGraph
 from trt_kv.interpreter.half import widen_to
-from trt_kv.interpreter.native_rope import rope_at
+from trt_kv.interpreter.native_rope import decode_heads
 from trt_kv.interpreter.program import SlotProgram, Step, identity, rewritten
 from trt_kv.interpreter.registry import Kernel
-from trt_kv.interpreter.transformer import native_rows, write_rows, writes_within
+from trt_kv.interpreter.transformer import native_rows, writes_within
 
 COUNTS: Counter[str] = Counter()  # "decode": calls the fast path ran; "steps": the others
-_F32 = np.dtype(np.float32)
+_F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 _SPLIT = (0, 1, 2, 3), (0, 2, 1, 3)  # [B, S, N, H] -> [B, N, S, H]: first, second transpose
 _MERGE = (0, 2, 1, 3), (0, 1, 2)  # [B, N, S, H] -> [B, S, N, H], then N*H
 
@@ -251,24 +254,28 @@ def _kernel(
     rope = steps[block.ropes[0]]
     cos, sin, positions = (at[rope.inputs[j][0]] for j in (1, 2, 3))
     widen = rope.inputs[1][1] or rope.inputs[2][1]  # tables the RoPE step casts
-    rounded = [steps[n].kernel.fn is steps[n].kernel.halves for n in block.ropes]
+    rounded = tuple(steps[n].kernel.fn is steps[n].kernel.halves for n in block.ropes)
     scale = steps[block.scale].kernel.fn  # one input: Q, float32 here (no cast to make)
     writes = _writes(steps[block.caches[0]], steps[block.caches[1]], at)
     attend = _attend(steps[block.attention[0]], at, compute)
     nq, nkv, h = block.widths
-    form = block.interleaved
+    heads = None
+    if isinstance(scale, Scale) and writes is not None:
+        r = block.rotary_dim or h
+        heads = decode_heads(block.widths, r, block.interleaved, rounded, *astuple(scale))
 
     def run(x: list) -> tuple[np.ndarray, ...]:
         qc, kc, vc = x[head_q], x[head_k], x[head_v]
         b = qc.shape[0] if qc.ndim == 3 else -1
         if (
-            writes is None
+            heads is None
             or qc.shape[1:] != (1, nq * h)
             or kc.shape != vc.shape
             or kc.shape != (b, 1, nkv * h)
             or qc.dtype != _F32
             or kc.dtype != _F32
             or vc.dtype != _F32
+            or not _rows(qc, kc, vc)
         ):
             return slow(x)
         q = qc.reshape(b, nq, 1, h)  # S = 1: [B, S, N, H] and [B, N, S, H] alike
@@ -277,17 +284,27 @@ def _kernel(
             c, s = widen_to(c, compute), widen_to(s, compute)
         rows = native_rows(q, c, s, x[positions], block.rotary_dim)
         keys, values, where = x[writes[0]], x[writes[1]], x[writes[2]]
-        v = vc.reshape(b, nkv, 1, h)
-        if rows is None or not _fit(keys, values, v, where):
+        if rows is None or not _fit(keys, values, vc.reshape(b, nkv, 1, h), where):
             return slow(x)  # its steps raise their own errors, before anything is written
         COUNTS["decode"] += 1
-        q = scale([rope_at(q, c, s, *rows, form, rounded[0])])
-        write_rows(keys, rope_at(kc.reshape(b, nkv, 1, h), c, s, *rows, form, rounded[1]), where)
-        write_rows(values, v, where)
+        c, s, where = (
+            contiguous_aligned(c),
+            contiguous_aligned(s),
+            np.ascontiguousarray(where, _I64),
+        )
+        q = heads(qc, kc, vc, c, s, rows[0], keys, values, where)
         out = attend(q, keys, values, x)
         return out.reshape(b, 1, nq * h), keys, values
 
     return Kernel(run)
+
+
+def _rows(*columns: np.ndarray) -> bool:
+    """Whether Q's, K's and V's ``[B, 1, N*H]`` are rows as
+    :func:`~trt_kv.interpreter.native_rope.decode_heads` reads them: each row contiguous and
+    aligned, its start a whole number of elements from the one before (columns of one
+    product's rows, say)."""
+    return all(a.strides[2] == 4 and a.strides[0] % 4 == 0 and a.flags.aligned for a in columns)
 
 
 def _writes(cache_k: Step, cache_v: Step, at: dict[str, int]) -> tuple[int, int, int] | None:
@@ -303,15 +320,19 @@ def _writes(cache_k: Step, cache_v: Step, at: dict[str, int]) -> tuple[int, int,
 
 def _fit(keys: np.ndarray, values: np.ndarray, update: np.ndarray, where: np.ndarray) -> bool:
     """Whether the decode path writes ``update`` (K's or V's, float32 ``[B, Nkv, 1, H]``) into
-    both caches itself: float32 caches (a float32 plan's, or float16 ones held wide) the
-    updates' shape fits at ``where`` (:func:`~trt_kv.interpreter.transformer.writes_within`,
-    the cache update's own test), writeable. Else the cache update steps run, with their
-    errors."""
+    both caches itself: float32 caches (a float32 plan's, or float16 ones held wide),
+    C-contiguous, aligned and writeable, that the updates' shape fits at ``where``
+    (:func:`~trt_kv.interpreter.transformer.writes_within`, the cache update's own test). Else
+    the cache update steps run, with their errors."""
     return (
         keys.dtype == values.dtype == _F32
         and keys.shape == values.shape
         and keys.flags.writeable
         and values.flags.writeable
+        and keys.flags.c_contiguous
+        and values.flags.c_contiguous
+        and keys.flags.aligned
+        and values.flags.aligned
         and writes_within(keys, update, where)
     )
 

@@ -246,13 +246,7 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
         return _add_norm_kernel(c, constants)
     if c.kind == "scale":
         factor = np.float32(np.asarray(constants[0], np.float32).reshape(()))
-
-        def scale(x: list) -> np.ndarray:
-            COUNTS["scale"] += 1
-            y = np.multiply(x[0], factor)  # float32 times a float32 scalar: float32
-            return half.round_any(y) if c.rounded else y
-
-        return Kernel(scale)
+        return Kernel(Scale(factor, bool(c.rounded)))
     if c.kind == "swiglu":
 
         def glu(x: list) -> np.ndarray:
@@ -285,6 +279,21 @@ def _norm_constants(c: Chain, constants: list[np.ndarray | None]) -> tuple:
     w = None if constants[1] is None else np.ascontiguousarray(constants[1], _F32).reshape(-1)
     scratch = np.empty(c.width, _F32)
     return eps, w, (w, scratch), (0 if w is None else w.ctypes.data, scratch.ctypes.data)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A "scale" chain's kernel: ``x * factor`` in float32 (one rounding), rounded to float16
+    values where ``rounded``. Its fields are public: the attention block
+    (:mod:`~trt_kv.interpreter.attention_step`) folds the scale into its own call."""
+
+    factor: np.float32
+    rounded: bool
+
+    def __call__(self, x: list) -> np.ndarray:
+        COUNTS["scale"] += 1
+        y = np.multiply(x[0], self.factor)  # float32 times a float32 scalar: float32
+        return half.round_any(y) if self.rounded else y
 
 
 def _add_norm_kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:

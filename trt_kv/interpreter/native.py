@@ -26,7 +26,7 @@ import numpy as np
 from trt_kv.errors import ArgumentError, DTypeError, ShapeError, mismatch
 from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 
-SIGNATURES = 13  # the C file's SIGNATURES: the version of the functions' argument lists
+SIGNATURES = 14  # the C file's SIGNATURES: the version of the functions' argument lists
 SOURCE = Path(__file__).with_name("_native.c")  # absent where installed without it
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
@@ -73,6 +73,7 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
             panels += (lib.trt_kv_panels_wide_float16, lib.trt_kv_panels_wide_float32)
             wide, attention = lib.trt_kv_native_wide, lib.trt_kv_attention_float32
             rope, sigmoid = lib.trt_kv_rope_float32, lib.trt_kv_sigmoid_float32
+            heads = lib.trt_kv_decode_heads
             blocks = (lib.trt_kv_blocks_product, lib.trt_kv_blocks_panels)
             chains = (lib.trt_kv_rms_norm, lib.trt_kv_add_rms_norm, lib.trt_kv_swiglu)
         except (OSError, AttributeError):  # not loadable; a library without our symbols
@@ -83,6 +84,8 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         attention.argtypes += [pointer, size, ctypes.c_float, pointer, ctypes.c_int, size]
         rope.argtypes = [pointer, *[size] * 5, pointer, pointer, pointer, ctypes.c_int, pointer]
         rope.argtypes += [ctypes.c_int]
+        # a decode_heads, q, k, v, their row strides, b, cos, sin, rows, q_out, caches, s_max, where
+        heads.argtypes = [pointer] * 5 + [size] + [pointer] * 6 + [size, pointer]
         sigmoid.argtypes = [pointer, pointer, size]
         for fn in blocks:  # the weight (a _BlocksWeight), x, rows, out, threads, rounded
             fn.argtypes = [pointer, pointer, size, pointer, size, ctypes.c_int]
@@ -91,7 +94,14 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         chains[1].argtypes = [pointer, pointer, size, size, flag, single, pointer, flag, flag]
         chains[1].argtypes += [pointer] * 3
         chains[2].argtypes = [pointer, pointer, size, flag, pointer]
-        for fn in (lib.trt_kv_round_float16, lib.trt_kv_widen_float16, *products, rope, sigmoid):
+        for fn in (
+            lib.trt_kv_round_float16,
+            lib.trt_kv_widen_float16,
+            *products,
+            rope,
+            sigmoid,
+            heads,
+        ):
             fn.restype = None
         for fn in chains:
             fn.restype = None

@@ -1,9 +1,13 @@
 """RoPE through the compiled helper (:mod:`trt_kv.interpreter.native`): Hugging Face's
 rotate-half (or interleaved) form of :func:`trt_kv.reference.ops.apply_rope`, bit for bit, in
 one pass over the rows; the checks (:func:`rope_rows`) apart from the call (:func:`rope_at`),
-so that a plan's RoPE layers check once a step."""
+so that a plan's RoPE layers check once a step. :func:`decode_heads`: a decode step's Q and K
+rotated, Q scaled and K and V written into their caches, in one call (an attention block's)."""
 
 from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
 
 import numpy as np
 
@@ -87,3 +91,79 @@ def rope_at(
             int(interleaved), address(out), int(rounded),
         )  # fmt: skip
     return out
+
+
+class _DecodeHeads(ctypes.Structure):
+    """The C file's ``decode_heads``: an attention block's dims and flags, built once."""
+
+    _fields_ = [
+        ("nq", ctypes.c_size_t),
+        ("nkv", ctypes.c_size_t),
+        ("h", ctypes.c_size_t),
+        ("r", ctypes.c_size_t),
+        ("interleaved", ctypes.c_int),
+        ("round_q", ctypes.c_int),
+        ("round_k", ctypes.c_int),
+        ("round_scaled", ctypes.c_int),
+        ("factor", ctypes.c_float),
+    ]
+
+
+Heads = Callable[..., np.ndarray]
+
+
+def decode_heads(
+    widths: tuple[int, int, int],
+    r: int,
+    interleaved: bool,
+    rounded: tuple[bool, bool],
+    factor: np.float32,
+    round_scaled: bool,
+) -> Heads:
+    """``call(q, k, v, cos, sin, rows, keys, values, where) -> q_out [B, Nq, 1, H]``: what an
+    attention block does to a decode step's rows (one token a sequence) before attention, in
+    one call. For ``widths`` ``(Nq, Nkv, H)``: RoPE of ``q [B, 1, Nq*H]`` (:func:`rope_at`, rotary
+    dim ``r``, rounded to float16 values where ``rounded[0]``) times ``factor`` (rounded where
+    ``round_scaled``) as ``q_out``; RoPE of ``k [B, 1, Nkv*H]`` (``rounded[1]``) and ``v`` as
+    they are written into ``keys`` and ``values [B, Nkv, S_max, H]`` at row ``where[b]``, as
+    the cache update writes them. The bits of :func:`rope_at`, ``np.multiply`` and
+    :func:`~trt_kv.interpreter.half.round_any` one by one.
+
+    Nothing is checked here; the caller ensures: q, k and v float32 with their last axis
+    contiguous, aligned, their row strides whole elements; cos and sin float32 ``[P,
+    r/2]``, C-contiguous; ``rows`` int64 ``[B, 1]`` in ``[0, P)`` (:func:`rope_rows`); the
+    caches float32, C-contiguous, writeable; ``where`` int64 ``[B]``, C-contiguous, each row
+    within the caches (:func:`~trt_kv.interpreter.transformer.writes_within`)."""
+    nq, nkv, h = widths
+    flags = (int(interleaved), int(rounded[0]), int(rounded[1]), int(round_scaled))
+    spec = _DecodeHeads(nq, nkv, h, r, *flags, float(factor))
+    at, fn = ctypes.addressof(spec), LIB.trt_kv_decode_heads
+
+    def call(
+        q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+        rows: np.ndarray, keys: np.ndarray, values: np.ndarray, where: np.ndarray,
+        _spec: _DecodeHeads = spec,
+    ) -> np.ndarray:  # fmt: skip
+        b = q.shape[0]
+        out = np.empty((b, nq, 1, h), _F32)
+        fn(
+            at, address(q), address(k), address(v), _ONE if b == 1 else _apart(q, k, v), b,
+            address(cos), address(sin), address(rows), address(out), address(keys),
+            address(values), keys.shape[2], address(where),
+        )  # fmt: skip
+        return out
+
+    return call
+
+
+_ONE = (ctypes.c_size_t * 3)()  # one sequence: no stride between sequences is read
+_APART: dict[tuple[int, ...], ctypes.Array] = {}  # row strides in elements -> their C array
+
+
+def _apart(*xs: np.ndarray) -> ctypes.Array:
+    """The row strides of float32 ``xs`` in elements, as the C array the helper reads."""
+    key = tuple(a.strides[0] // 4 for a in xs)
+    held = _APART.get(key)
+    if held is None:
+        held = _APART[key] = (ctypes.c_size_t * len(key))(*key)
+    return held
