@@ -25,7 +25,10 @@ def contiguous_aligned(a: np.ndarray) -> np.ndarray:
     return a if a.flags.aligned else a.copy()
 
 
-_POINTER = ctypes.c_void_p
+# Every 8-byte word of the address space as one ctypes array: a view from address 0 (no memory
+# of its own). Its element i is the word at 8 * i, read without making a ctypes object for it
+# (~0.2 us; ``c_void_p.from_address(at).value`` reads the same word in ~0.5).
+_WORDS = (ctypes.c_uint64 * (1 << (8 * ctypes.sizeof(ctypes.c_void_p) - 5))).from_address(0)
 
 
 def _data_field() -> int | None:
@@ -35,8 +38,11 @@ def _data_field() -> int | None:
     (another build of Python or NumPy: the general way then)."""
     at = object.__basicsize__
     probes = (np.zeros(3), np.zeros((4, 6), np.float32)[1:, ::2], np.zeros((2, 3))[::-1].T)
-    found = all(_POINTER.from_address(id(p) + at).value == p.ctypes.data for p in probes)
-    return at if found else None
+    try:
+        found = all(_WORDS[(id(p) + at) >> 3] == p.ctypes.data for p in probes)
+    except IndexError:  # an address past the view (no 64-bit process)
+        return None
+    return at if found and at % 8 == 0 else None
 
 
 _DATA = _data_field()
@@ -44,10 +50,10 @@ _DATA = _data_field()
 
 def address(a: np.ndarray) -> int:
     """The address of ``a``'s first element, as NumPy's ``a.ctypes.data`` gives it: read from
-    the array object itself (~0.5 us, where :func:`_data_field` found it), else (an ndarray
+    the array object itself (~0.3 us, where :func:`_data_field` found it), else (an ndarray
     subclass, another build) ``a.ctypes.data`` (~1.7 us)."""
     if _DATA is not None and type(a) is np.ndarray:
-        return _POINTER.from_address(id(a) + _DATA).value or 0
+        return _WORDS[(id(a) + _DATA) >> 3]
     return a.ctypes.data
 
 
