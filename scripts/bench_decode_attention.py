@@ -11,7 +11,7 @@ runs it: ``native`` builds the keep mask and calls :func:`trt_kv.interpreter.nat
 helper's product on ``--threads`` threads; the attention itself runs on one, BLAS on one). A
 cell is the best of ``--repeats`` medians of ``--calls`` calls, in microseconds; ``ratio`` is
 native / numpy (below 1: the helper is faster), ``pays`` what
-``transformer._native_attention_pays`` chooses for the shape.
+``attention.native_attention_pays`` chooses for the shape.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # NumPy's side: one thread, 
 
 import numpy as np
 
-from trt_kv.interpreter import native, products, transformer
+from trt_kv.interpreter import attention, native, products
 from trt_kv.reference import ops
 
 KEYS = (32, 64, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096)
@@ -67,7 +67,7 @@ def _native_side(
 def _numpy_side(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The fast plan's NumPy route: the reference's passes with its few-row scores product."""
     return ops.attention(
-        q, k, v, causal="none", scale=1.0, mask=mask, scores_product=transformer._few_row_scores
+        q, k, v, causal="none", scale=1.0, mask=mask, scores_product=attention._few_row_scores
     )
 
 
@@ -94,7 +94,7 @@ def main() -> None:
             run_native = partial(_native_side, q, k, v, mask, keep_args)
             run_numpy = partial(_numpy_side, q, k, v, mask)
             times = [_timed(fn, args.calls, args.repeats) for fn in (run_native, run_numpy)]
-            pays = transformer._native_attention_pays(q, k, v, mask, f32)
+            pays = attention.native_attention_pays(q, k, v, mask, f32)
             ratio = times[0] / times[1]
             print(f"| {b} | {n} | {times[0]:.0f} | {times[1]:.0f} | {ratio:.2f} | {pays} |")
 

@@ -261,7 +261,7 @@ def test_prefill_chunks_run_native_attention_and_agree_with_the_plain_plan(
 def test_native_attention_runs_only_where_it_pays():
     q, k = rand(2, 9, 128, 64), rand(2, 3, 128, 64)
     f32 = np.dtype(np.float32)
-    pays = attention._native_attention_pays
+    pays = attention.native_attention_pays
     assert pays(q, k, k, None, f32)
     deep = rand(2, 3, 1024, 64)
     assert pays(q[:, :, :1], k, k, None, f32) and pays(q[:, :, :1], deep, deep, None, f32)

@@ -23,7 +23,7 @@ from trt_kv.interpreter.transformer import packed_form
 from trt_kv.reference import ops
 
 
-def _causal(att: object) -> str:
+def causal_kind(att: object) -> str:
     """The causal kind ("none", "upper_left", "lower_right"): ``IAttention.causal_kind``
     (TensorRT 11, RTX), else the boolean ``causal`` of TensorRT 10.14/10.15 (True is
     UPPER_LEFT, the legacy meaning TensorRT 11 documents for ``causal=true``)."""
@@ -82,7 +82,7 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         raise ctx.unsupported(f"norm_op {att.norm_op}")
     if att.normalization_quantize_scale is not None:
         raise ctx.unsupported("normalization_quantize_scale")
-    causal = _causal(att)
+    causal = causal_kind(att)
     forms = _trt.FEATURES.attention_io_forms
     q_packed = forms and packed_form(att.query_form)
     kv_packed = forms and packed_form(att.key_value_form)
@@ -100,9 +100,8 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         q, k, v = x[0], x[1], x[2]
         mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
         if ctx.fast and not (q_packed or kv_packed):
-            shape = (k.shape[2], q.shape[0], q.shape[2], causal)
-            n, keep = _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
-            if keep is not None and _native_attention_pays(q, k, v, mask, compute, n):
+            n, keep = seen_keys(q, k, mask, kv_len, causal)
+            if keep is not None and native_attention_pays(q, k, v, mask, compute, n):
                 if k.dtype != compute:  # the window widened, not the whole cache
                     k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
                 return native.attention(
@@ -142,6 +141,16 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
 _SEEN = Memo()  # a step's (keys read, keep mask): the same for each of its attention layers
 
 
+def seen_keys(
+    q: Array, k: Array, mask: Array | None, kv_len: Array | None, causal: str
+) -> tuple[int, Array | None]:
+    """``(n, keep)`` of a fast plan's attention call (:func:`_seen`), derived once a step for
+    all its attention layers: the keys read, and the native attention's keep mask (None for an
+    additive mask)."""
+    shape = (k.shape[2], q.shape[0], q.shape[2], causal)
+    return _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
+
+
 def _seen(
     skv: int, b: int, sq: int, causal: str, mask: Array | None, kv_len: Array | None
 ) -> tuple[int, Array | None]:
@@ -158,7 +167,7 @@ def _seen(
     return n, frozen(keep)
 
 
-def _native_attention_pays(
+def native_attention_pays(
     q: Array, k: Array, v: Array, mask: Array | None, compute: np.dtype, n: int | None = None
 ) -> bool:
     """Whether the native helper's attention (:func:`~trt_kv.interpreter.native.attention`)
@@ -201,7 +210,7 @@ _NATIVE_DECODE_ROWS = 4
 
 def _few_row_scores(rows: Array, k: Array) -> Array | None:
     """A few query rows' scores (a decode step the native attention does not take, see
-    :func:`_native_attention_pays`) ``rows [B, Nkv, R, H] @ k^T`` -> ``[B, Nkv, R, Skv]`` as one
+    :func:`native_attention_pays`) ``rows [B, Nkv, R, H] @ k^T`` -> ``[B, Nkv, R, Skv]`` as one
     native product per sequence and KV head (the keys as the weight: each read once, in the
     orientation the scores need): the scores take half the time of NumPy's batched product of
     so few rows at 2048 keys, the whole attention layer ~12-15% less from 1024 keys. None

@@ -37,7 +37,8 @@ from dataclasses import astuple, dataclass
 import numpy as np
 
 from trt_kv import _trt
-from trt_kv.interpreter import half
+from trt_kv.interpreter import half, native, products
+from trt_kv.interpreter.attention import causal_kind, native_attention_pays, seen_keys
 from trt_kv.interpreter.buffers import contiguous_aligned
 from trt_kv.interpreter.chains import Scale
 from trt_kv.interpreter.graph import L, LayerGraph
@@ -45,7 +46,7 @@ from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.native_rope import decode_heads
 from trt_kv.interpreter.program import SlotProgram, Step, identity, rewritten
 from trt_kv.interpreter.registry import Kernel
-from trt_kv.interpreter.transformer import native_rows, writes_within
+from trt_kv.interpreter.transformer import native_rows, packed_form, writes_within
 
 COUNTS: Counter[str] = Counter()  # "decode": calls the fast path ran; "steps": the others
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
@@ -66,6 +67,7 @@ class Block:
     widths: tuple[int, int, int]  # (Nq, Nkv, H)
     interleaved: bool
     rotary_dim: int | None  # None: H
+    causal: str  # attention's causal kind (attention.causal_kind)
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -154,11 +156,15 @@ def _match(g: LayerGraph, s: _Steps, ai: Step) -> Block | None:
         return None
     if _merged(g.layers[back.layer]) != nq * h:
         return None
-    rope = g.layers[rope_q.layer]
+    rope, att = g.layers[rope_q.layer], g.layers[ai.layer].attention
+    forms = _trt.FEATURES.attention_io_forms
+    if forms and (packed_form(att.query_form) or packed_form(att.key_value_form)):
+        return None
     return Block(
         tuple(x.layer for x in heads), (rope_q.layer, rope_k.layer), scale.layer,
         (cache_k.layer, cache_v.layer), (ai.layer, ao.layer), back.layer,
         (nq, widths[1][0], h), bool(rope.interleaved), int(rope.rotary_embedding_dim) or None,
+        causal_kind(att),
     )  # fmt: skip
 
 
@@ -257,7 +263,7 @@ def _kernel(
     rounded = tuple(steps[n].kernel.fn is steps[n].kernel.halves for n in block.ropes)
     scale = steps[block.scale].kernel.fn  # one input: Q, float32 here (no cast to make)
     writes = _writes(steps[block.caches[0]], steps[block.caches[1]], at)
-    attend = _attend(steps[block.attention[0]], at, compute)
+    attend = _attend(steps[block.attention[0]], at, compute, block.causal)
     nq, nkv, h = block.widths
     heads = None
     if isinstance(scale, Scale) and writes is not None:
@@ -337,15 +343,31 @@ def _fit(keys: np.ndarray, values: np.ndarray, update: np.ndarray, where: np.nda
     )
 
 
-def _attend(step: Step, at: dict[str, int], compute: np.dtype) -> Callable[..., np.ndarray]:
+def _attend(
+    step: Step, at: dict[str, int], compute: np.dtype, causal: str
+) -> Callable[..., np.ndarray]:
     """``attend(q, k, v, x)``: the attention step's kernel on ``q``, ``k``, ``v`` (its inputs
     0-2, which the block computes) and its other inputs from ``x`` (the block step's, by
-    position in ``at``), each cast where the step casts it."""
+    position in ``at``), each cast where the step casts it. Where that kernel would call the
+    helper's attention on these operands (:func:`~trt_kv.interpreter.attention.seen_keys`,
+    :func:`~trt_kv.interpreter.attention.native_attention_pays`: float32, a decode step's few
+    rows a KV head), the call is made here, without the kernel's argument handling: the same
+    call, the same bits."""
     rest = [at.get(name) if name else None for name, _ in step.inputs[3:]]
     casts = [j for j, (_, cast) in enumerate(step.inputs) if cast]
     fn = step.kernel.fn
+    rounded = fn is step.kernel.halves  # the step's output rounded to float16 in its call
+    mask_at, lengths_at = (rest[i] if i < len(rest) else None for i in (0, 3))  # inputs 3, 6
+    direct = all(j < 3 for j in casts)  # no cast of the mask or lengths to make
 
     def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, x: list) -> np.ndarray:
+        if direct:
+            mask = None if mask_at is None else x[mask_at]
+            lengths = None if lengths_at is None else x[lengths_at]
+            n, keep = seen_keys(q, k, mask, lengths, causal)
+            if keep is not None and native_attention_pays(q, k, v, mask, compute, n):
+                threads = products.threads()
+                return native.attention(q, k, v, keep, 1.0, n, rounded, threads)
         args = [q, k, v, *[None if i is None else x[i] for i in rest]]
         for i in casts:
             args[i] = widen_to(args[i], compute)

@@ -21,6 +21,8 @@ CLASSES = {
 }
 if FEATURES.rotary_embedding:  # read only where the installed module has the layer
     CLASSES[L.ROTARY_EMBEDDING] = trt.IRotaryEmbeddingLayer
+if FEATURES.attention:  # the boundary layers: their attention's causal kind and forms
+    CLASSES[L.ATTENTION_INPUT] = CLASSES[L.ATTENTION_OUTPUT] = trt.IAttentionBoundaryLayer
 
 
 class LayerGraph:
