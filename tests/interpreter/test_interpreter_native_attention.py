@@ -9,6 +9,10 @@ yardstick of the fast one on a whole network.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -295,3 +299,21 @@ def test_rounded_is_the_result_rounded_to_float16_in_the_call(sq):
     rounded = native.attention(q, k, v, keep, 0.125, rounded=True)
     assert not np.array_equal(plain, rounded)
     np.testing.assert_array_equal(rounded.view(np.uint32), half.round_any(plain).view(np.uint32))
+
+
+def test_the_decode_attention_bench_runs_and_says_which_route_pays():
+    """``scripts/bench_decode_attention.py`` (a benchmark: its times are not checked here)
+    runs on the functions it names: the native route pays for a decode step's 3 query rows
+    a KV head, not for 8."""
+    require_compiled_helper()
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_decode_attention.py"
+    rows = {}
+    for heads in (("9", "3"), ("16", "2")):
+        args = ["--batch", "1", "--keys", "32", "--calls", "1", "--repeats", "1", "--heads"]
+        done = subprocess.run(
+            [sys.executable, str(script), *args, *heads], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        rows[heads] = done.stdout.splitlines()[-1].split("|")
+    assert rows[("9", "3")][-2].strip() == "True"
+    assert rows[("16", "2")][-2].strip() == "False"
