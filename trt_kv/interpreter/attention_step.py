@@ -21,7 +21,9 @@ around them:
   own test (:func:`~trt_kv.interpreter.transformer.writes_within`) passed for both caches,
   which must be writeable, C-contiguous float32 arrays (a float32 plan's, or float16 caches
   held wide). Otherwise the steps run, and raise their own errors before anything is written;
-- attention is that step's own kernel, with its own casts.
+- attention is the helper's call that the attention step's kernel would make (the same keys
+  read and keep mask, derived once a step), made directly; anything the helper does not take
+  goes to that kernel, with its own casts.
 
 Anything else (a prefill chunk, a dtype or table the helper does not take) runs the original
 steps in order (:class:`~trt_kv.interpreter.program.SlotProgram`), as without this pass.
