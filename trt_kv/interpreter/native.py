@@ -94,16 +94,8 @@ def load(folder: Path = SOURCE.parent) -> ctypes.CDLL | None:
         chains[1].argtypes = [pointer, pointer, size, size, flag, single, pointer, flag, flag]
         chains[1].argtypes += [pointer] * 3
         chains[2].argtypes = [pointer, pointer, size, flag, pointer]
-        for fn in (
-            lib.trt_kv_round_float16,
-            lib.trt_kv_widen_float16,
-            *products,
-            rope,
-            sigmoid,
-            heads,
-        ):
-            fn.restype = None
-        for fn in chains:
+        voids = (lib.trt_kv_round_float16, lib.trt_kv_widen_float16, *products, *chains)
+        for fn in (*voids, rope, sigmoid, heads):
             fn.restype = None
         for fn in (*panels, wide, attention, *blocks):
             fn.restype = ctypes.c_int
