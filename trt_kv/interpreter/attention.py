@@ -100,13 +100,9 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
         q, k, v = x[0], x[1], x[2]
         mask, q_len, kv_len = arg(x, 3), arg(x, 5), arg(x, 6)
         if ctx.fast and not (q_packed or kv_packed):
-            n, keep = seen_keys(q, k, mask, kv_len, causal)
-            if keep is not None and native_attention_pays(q, k, v, mask, compute, n):
-                if k.dtype != compute:  # the window widened, not the whole cache
-                    k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
-                return native.attention(
-                    q, k, v, keep, 1.0, keys=n, rounded=rounded, threads=products.threads()
-                )
+            n, out = native_attend(q, k, v, mask, kv_len, causal, compute, rounded)
+            if out is not None:
+                return out
             k, v = k[:, :, :n], v[:, :, :n]
             mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., :n]
         out = rest(q, k, v, mask, q_len, kv_len)
@@ -141,14 +137,23 @@ def attention_input(layer: object, ctx: Context) -> Kernel:
 _SEEN = Memo()  # a step's (keys read, keep mask): the same for each of its attention layers
 
 
-def seen_keys(
-    q: Array, k: Array, mask: Array | None, kv_len: Array | None, causal: str
-) -> tuple[int, Array | None]:
-    """``(n, keep)`` of a fast plan's attention call (:func:`_seen`), derived once a step for
-    all its attention layers: the keys read, and the native attention's keep mask (None for an
-    additive mask)."""
+def native_attend(
+    q: Array, k: Array, v: Array, mask: Array | None, kv_len: Array | None, causal: str,
+    compute: np.dtype, rounded: bool,
+) -> tuple[int, Array | None]:  # fmt: skip
+    """``(n, out)`` of a fast plan's (unpacked) attention call: the keys it reads and, where
+    the helper's attention takes the call (:func:`native_attention_pays`), its result
+    (``rounded``: to float16 values in the call; K and V widened to ``compute`` in the window
+    read where they are not in it), else None. ``n`` and the keep mask are derived once a step
+    for all its attention layers (:func:`_seen`)."""
     shape = (k.shape[2], q.shape[0], q.shape[2], causal)
-    return _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
+    n, keep = _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
+    if keep is None or not native_attention_pays(q, k, v, mask, compute, n):
+        return n, None
+    if k.dtype != compute:  # the window widened, not the whole cache
+        k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
+    threads = products.threads()
+    return n, native.attention(q, k, v, keep, 1.0, keys=n, rounded=rounded, threads=threads)
 
 
 def _seen(

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from trt_kv import _trt
-from trt_kv.interpreter import half, native, products
-from trt_kv.interpreter.attention import causal_kind, native_attention_pays, seen_keys
+from trt_kv.interpreter import half
+from trt_kv.interpreter.attention import causal_kind, native_attend
 from trt_kv.interpreter.buffers import contiguous_aligned
 from trt_kv.interpreter.chains import Scale
 from trt_kv.interpreter.graph import L, LayerGraph
@@ -270,7 +270,9 @@ def _kernel(
     heads = None
     if isinstance(scale, Scale) and writes is not None:
         r = block.rotary_dim or h
-        heads = decode_heads(block.widths, r, block.interleaved, rounded, *astuple(scale))
+        heads = decode_heads(
+            block.widths, r, block.interleaved, rounded, scale.factor, scale.rounded
+        )
 
     def run(x: list) -> tuple[np.ndarray, ...]:
         qc, kc, vc = x[head_q], x[head_k], x[head_v]
@@ -351,10 +353,9 @@ def _attend(
     """``attend(q, k, v, x)``: the attention step's kernel on ``q``, ``k``, ``v`` (its inputs
     0-2, which the block computes) and its other inputs from ``x`` (the block step's, by
     position in ``at``), each cast where the step casts it. Where that kernel would call the
-    helper's attention on these operands (:func:`~trt_kv.interpreter.attention.seen_keys`,
-    :func:`~trt_kv.interpreter.attention.native_attention_pays`: float32, a decode step's few
-    rows a KV head), the call is made here, without the kernel's argument handling: the same
-    call, the same bits."""
+    helper's attention on these operands (:func:`~trt_kv.interpreter.attention.native_attend`,
+    which the kernel calls too: float32, a decode step's few rows a KV head), the call is made
+    here, without the kernel's argument handling: the same call, the same bits."""
     rest = [at.get(name) if name else None for name, _ in step.inputs[3:]]
     casts = [j for j, (_, cast) in enumerate(step.inputs) if cast]
     fn = step.kernel.fn
@@ -366,10 +367,9 @@ def _attend(
         if direct:
             mask = None if mask_at is None else x[mask_at]
             lengths = None if lengths_at is None else x[lengths_at]
-            n, keep = seen_keys(q, k, mask, lengths, causal)
-            if keep is not None and native_attention_pays(q, k, v, mask, compute, n):
-                threads = products.threads()
-                return native.attention(q, k, v, keep, 1.0, n, rounded, threads)
+            _, out = native_attend(q, k, v, mask, lengths, causal, compute, rounded)
+            if out is not None:
+                return out
         args = [q, k, v, *[None if i is None else x[i] for i in rest]]
         for i in casts:
             args[i] = widen_to(args[i], compute)
