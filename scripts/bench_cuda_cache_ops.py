@@ -2,6 +2,7 @@
 
     python scripts/bench_cuda_cache_ops.py
 
+Without a usable CUDA GPU it prints why in one line and exits 2.
 Step inputs (one pinned staging upload against one pageable copy per input), ``reorder``
 (device-to-device slot moves against the host round trip trt_kv did before) on SmolLM2-135M's
 60 caches, and clearing a prefill's slots (one memset per cache against one per cache per
@@ -11,15 +12,17 @@ byte for byte. Results of 2026-11-26 on an H200: docs/gpu-results.md.
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from cuda.bindings import runtime as rt
 
 from trt_kv.builder.kv_cache import CacheAlias
-from trt_kv.runtime.gpu.cuda import DeviceBuffer, create_stream, synchronize
+from trt_kv.errors import TrtKvError
+from trt_kv.runtime.gpu.cuda import DeviceBuffer, create_stream, require_gpu, synchronize
 from trt_kv.runtime.gpu.device import DeviceCaches
 from trt_kv.runtime.gpu.staging import StepInputs
 from trt_kv.runtime.storage import HostCaches
@@ -80,6 +83,8 @@ def old_reorder(caches: DeviceCaches, order: Sequence[int]) -> None:
 
 
 def cache_ops() -> None:
+    from cuda.bindings import runtime as rt  # with a GPU only (main checked for one)
+
     dev, host = DeviceCaches(ALIASES, CAPACITY), HostCaches(ALIASES, CAPACITY)
     rng = np.random.default_rng(0)
     for a in ALIASES:
@@ -120,14 +125,23 @@ def cache_ops() -> None:
     dev.free()
 
 
-def main() -> None:
+def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    try:
+        require_gpu("bench_cuda_cache_ops.py")
+    except TrtKvError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from cuda.bindings import runtime as rt
+
     name = rt.cudaGetDeviceProperties(0)[1].name.split(b"\0")[0].decode()
     print(f"device: {name}")
     stream = create_stream()
     for batch in (1, 8):
         step_inputs(stream, batch)
     cache_ops()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
