@@ -197,3 +197,23 @@ def test_a_chunked_prefill_gives_onnxruntimes_ids(tmp_path):
     d = load_onnx_decoder(path, max_seq_len=64, max_batch=3, max_step_tokens=3)
     got = generate(Session(InterpreterBackend(d.decoder)), PROMPTS, 8).ids
     assert got == [ort_greedy(path, p, 8) for p in PROMPTS]
+
+
+def test_external_data_is_in_the_bytes_and_their_sha256(tmp_path):
+    """A decoder saved with its weights in an external data file is read with them inline
+    (an engine's recipe sha256 covers them: another weight in the data file, another
+    sha256), and runs as the same decoder saved in one file."""
+    path = tmp_path / "toy.onnx"
+    onnx.save(toy_decoder(), path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    data_file = tmp_path / "w.bin"
+    assert data_file.stat().st_size > 0
+    external = _load(path)
+    model = onnx.load_from_string(external.data)
+    assert all(t.data_location == onnx.TensorProto.DEFAULT for t in model.graph.initializer)
+    inline = _load(_saved(toy_decoder(), tmp_path, "inline.onnx"))
+    got = generate(Session(InterpreterBackend(external.decoder)), PROMPTS, 8).ids
+    assert got == generate(Session(InterpreterBackend(inline.decoder)), PROMPTS, 8).ids
+    data = bytearray(data_file.read_bytes())
+    data[0] ^= 0xFF
+    data_file.write_bytes(bytes(data))
+    assert _load(path).sha256 != external.sha256
