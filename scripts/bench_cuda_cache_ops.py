@@ -2,12 +2,12 @@
 
     python scripts/bench_cuda_cache_ops.py
 
-Without a usable CUDA GPU it prints why in one line and exits 2.
 Step inputs (one pinned staging upload against one pageable copy per input), ``reorder``
 (device-to-device slot moves against the host round trip trt_kv did before) on SmolLM2-135M's
 60 caches, and clearing a prefill's slots (one memset per cache against one per cache per
 slot); medians, microseconds. Also checks the reordered device caches against host caches,
-byte for byte. Results of 2026-11-26 on an H200: docs/gpu-results.md.
+byte for byte. Results of 2026-11-26 on an H200: docs/gpu-results.md. Without a usable CUDA
+GPU it prints why in one line and exits 2.
 """
 
 from __future__ import annotations
