@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.cli.test_cli import tiny_model as tiny_model  # the fixture
-from tests.emulator.test_emulator_trt import Log
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
+from tests.support.trt_log import Log
 from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import build_engine
 from trt_kv.builder.doc_example import doc_example_network

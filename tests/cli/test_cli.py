@@ -5,14 +5,10 @@ import re
 
 import pytest
 
-from tests.support.cli_user import run_json, write_tiny_model
+from tests.support.cli_user import run_json
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
 from trt_kv.cli import main
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def test_build_prints_a_summary_table(tmp_path, capsys):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.cli.test_cli import tiny_model as tiny_model  # the fixture
 from tests.support.cli_user import run_json
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
 from trt_kv.cli import main
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 

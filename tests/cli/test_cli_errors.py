@@ -6,18 +6,14 @@ import sys
 
 import pytest
 
-from tests.support.cli_user import run_cli, write_tiny_model
+from tests.support.cli_user import run_cli
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
 from trt_kv.cli import main
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 from trt_kv.runtime.host_memory import available_host_bytes
 
 TEMPERATURE = "argument --temperature: expected 0 (greedy) or a number in [0.001, 1000], got "
 PENALTY = "argument --repetition-penalty: expected a finite number in [0.001, 1000.0], got "
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def error_of(capsys, *argv):

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from tests.cli.test_cli import tiny_model as tiny_model  # the fixture
 from tests.support.cli_user import run_json
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
 from trt_kv import build_defaults
 
 PROMPT = ",".join(str((7 * t + 3) % 96 + 1) for t in range(14))  # 14 tokens

@@ -12,13 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_user import run_json, user_env, write_tiny_model, write_tiny_tokenizer
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def _trt_kv(*argv: object, **popen: object) -> subprocess.Popen:

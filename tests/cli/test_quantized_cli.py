@@ -4,8 +4,8 @@ engine's network through the interpreter: the same ids), and shown by ``trt-kv i
 
 import pytest
 
-from tests.cli.test_cli import tiny_model as tiny_model  # the fixture
 from tests.support.cli_user import run_cli, run_json
+from tests.support.cli_user import tiny_model as tiny_model  # the fixture
 from trt_kv.cli import main
 
 SHAPES = ["--max-seq-len", "24", "--max-batch", "2", "--max-step-tokens", "8"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.emulator.test_emulator_trt import Log
+from tests.support.trt_log import Log
 from trt_kv._trt import trt
 from trt_kv.builder import build_engine, create_network
 from trt_kv.builder.doc_example import doc_example_network

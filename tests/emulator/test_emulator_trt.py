@@ -7,6 +7,7 @@ built by the real TensorRT-RTX builder.
 import numpy as np
 import pytest
 
+from tests.support.trt_log import Log
 from trt_kv._trt import FEATURES, trt
 from trt_kv.builder import Profile, build_engine, create_network
 from trt_kv.builder.doc_example import doc_example_network
@@ -19,18 +20,6 @@ from trt_kv.errors import EngineFileError
 DOC_CACHE = np.arange(64, dtype=np.float32).reshape(4, 2, 8, 1)
 DOC_UPDATE = -np.arange(1, 33, dtype=np.float32).reshape(4, 2, 4, 1)
 DOC_INDICES = np.array([2, 1, 1, 3], np.int32)
-
-
-class Log(trt.ILogger):
-    """A TensorRT logger that keeps every message."""
-
-    def __init__(self):
-        trt.ILogger.__init__(self)
-        self.errors = []
-
-    def log(self, severity, msg):
-        if severity == trt.ILogger.Severity.ERROR:
-            self.errors.append(msg)
 
 
 @pytest.fixture

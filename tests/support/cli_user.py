@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trt_kv.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +64,13 @@ def finish_terminal(pid: int, fd: int, seen: bytes) -> tuple[int, str]:
     os.close(fd)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A module's tiny Llama checkpoint folder (:func:`write_tiny_model`); a test module
+    takes it with ``from tests.support.cli_user import tiny_model as tiny_model``."""
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def write_tiny_model(folder: Path) -> Path:
