@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from cuda.bindings import runtime as rt
 
 from trt_kv.builder.kv_cache import CacheAlias
 from trt_kv.errors import TrtKvError
@@ -83,8 +84,6 @@ def old_reorder(caches: DeviceCaches, order: Sequence[int]) -> None:
 
 
 def cache_ops() -> None:
-    from cuda.bindings import runtime as rt  # with a GPU only (main checked for one)
-
     dev, host = DeviceCaches(ALIASES, CAPACITY), HostCaches(ALIASES, CAPACITY)
     rng = np.random.default_rng(0)
     for a in ALIASES:
@@ -132,8 +131,6 @@ def main() -> int:
     except TrtKvError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from cuda.bindings import runtime as rt
-
     name = rt.cudaGetDeviceProperties(0)[1].name.split(b"\0")[0].decode()
     print(f"device: {name}")
     stream = create_stream()
