@@ -11,7 +11,8 @@ import pytest
 
 from trt_kv.runtime.gpu.cuda import gpu_unavailable_reason
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
+FOLDER = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = sorted(FOLDER.glob("*.py"))
 
 
 def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
@@ -34,7 +35,7 @@ def test_script_answers_help(script: Path) -> None:
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a CUDA GPU is usable here")
 def test_cuda_benchmark_without_a_gpu_says_why_in_one_line() -> None:
-    done = _run(SCRIPTS[0].parent / "bench_cuda_cache_ops.py")
+    done = _run(FOLDER / "bench_cuda_cache_ops.py")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
