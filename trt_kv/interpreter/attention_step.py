@@ -39,21 +39,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt_kv import _trt
-from trt_kv.interpreter import half
+from trt_kv.interpreter import bound, half
 from trt_kv.interpreter.attention import causal_kind, native_attend
 from trt_kv.interpreter.buffers import contiguous_aligned
 from trt_kv.interpreter.chains import Scale
-from trt_kv.interpreter.graph import L, LayerGraph
+from trt_kv.interpreter.graph import L, LayerGraph, heads_merged, heads_split
 from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.native_rope import decode_heads
 from trt_kv.interpreter.program import SlotProgram, Step, identity, rewritten
-from trt_kv.interpreter.registry import Kernel
+from trt_kv.interpreter.registry import Bound, Kernel
 from trt_kv.interpreter.transformer import native_rows, packed_form, writes_within
 
 COUNTS: Counter[str] = Counter()  # "decode": calls the fast path ran; "steps": the others
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
-_SPLIT = (0, 1, 2, 3), (0, 2, 1, 3)  # [B, S, N, H] -> [B, N, S, H]: first, second transpose
-_MERGE = (0, 2, 1, 3), (0, 1, 2)  # [B, N, S, H] -> [B, S, N, H], then N*H
 
 
 @dataclass(frozen=True)
@@ -152,11 +150,11 @@ def _match(g: LayerGraph, s: _Steps, ai: Step) -> Block | None:
         ai, ao, back, scale, rope_q, rope_k, *heads
     ):
         return None
-    widths = [_split(g.layers[h.layer]) for h in heads]
+    widths = [heads_split(g.layers[h.layer]) for h in heads]
     nq, h = widths[0] or (0, 0)
     if not nq or widths[1] is None or widths[1] != widths[2] or widths[1][1] != h:
         return None
-    if _merged(g.layers[back.layer]) != nq * h:
+    if heads_merged(g.layers[back.layer]) != nq * h:
         return None
     rope, att = g.layers[rope_q.layer], g.layers[ai.layer].attention
     forms = _trt.FEATURES.attention_io_forms
@@ -180,40 +178,6 @@ def _alike(g: LayerGraph, a: Step, b: Step) -> bool:
     """Whether two RoPE layers have the same form (interleaved, rotary dim)."""
     x, y = g.layers[a.layer], g.layers[b.layer]
     return (x.interleaved, x.rotary_embedding_dim) == (y.interleaved, y.rotary_embedding_dim)
-
-
-def _split(shuffle: object) -> tuple[int, int] | None:
-    """``(N, H)`` where ``shuffle`` takes ``[B, S, N*H]`` to heads ``[B, N, S, H]`` (reshape
-    ``(0, 0, N, H)``, then transpose ``(0, 2, 1, 3)``), else None."""
-    dims = tuple(shuffle.reshape_dims)
-    shape = tuple(shuffle.get_input(0).shape)
-    if (
-        shuffle.num_inputs != 1
-        or len(dims) != 4
-        or len(shape) != 3
-        or dims[:2] != (0, 0)
-        or min(dims[2:]) < 1
-        or shape[2] != dims[2] * dims[3]
-        or not shuffle.zero_is_placeholder
-        or (tuple(shuffle.first_transpose)[:4], tuple(shuffle.second_transpose)[:4]) != _SPLIT
-    ):
-        return None
-    return dims[2], dims[3]
-
-
-def _merged(shuffle: object) -> int | None:
-    """``N*H`` where ``shuffle`` takes ``[B, N, S, H]`` to ``[B, S, N*H]``, else None."""
-    dims = tuple(shuffle.reshape_dims)
-    if (
-        shuffle.num_inputs != 1
-        or len(dims) != 3
-        or dims[:2] != (0, 0)
-        or len(tuple(shuffle.get_input(0).shape)) != 4
-        or not shuffle.zero_is_placeholder
-        or (tuple(shuffle.first_transpose)[:4], tuple(shuffle.second_transpose)[:3]) != _MERGE
-    ):
-        return None
-    return dims[2]
 
 
 def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Step]:
@@ -306,7 +270,34 @@ def _kernel(
         out = attend(q, keys, values, x)
         return out.reshape(b, 1, nq * h), keys, values
 
-    return Kernel(run)
+    def bind(x: list) -> Bound | None:
+        """``run``'s decode path bound to ``x`` (:mod:`~trt_kv.interpreter.bound`): its tests
+        of the arrays taken once; the table rows (a memo's) and the write rows' test each run,
+        and where they fail, ``run`` (its steps, their errors)."""
+        qc, kc, vc, c, s = x[head_q], x[head_k], x[head_v], x[cos], x[sin]
+        if heads is None or not bound.usual([c, s]) or kc.ndim != 3:
+            return None
+        b, keys, values = kc.shape[0], x[writes[0]], x[writes[1]]
+        if qc.shape != (b, 1, nq * h) or not kc.shape == vc.shape == (b, 1, nkv * h):
+            return None
+        if not qc.dtype == kc.dtype == vc.dtype == _F32:
+            return None
+        if not (_rows(qc, kc, vc) and _writable(keys, values)):
+            return None
+        q4, update, out = qc.reshape(b, nq, 1, h), vc.reshape(b, nkv, 1, h), np.empty_like(qc)
+
+        def call() -> bool:
+            rows, where = native_rows(q4, c, s, x[positions], block.rotary_dim), x[writes[2]]
+            if rows is None or not writes_within(keys, update, where):
+                return False
+            COUNTS["decode"] += 1
+            q = heads(qc, kc, vc, c, s, rows[0], keys, values, np.ascontiguousarray(where, _I64))
+            np.copyto(out, attend(q, keys, values, x).reshape(qc.shape))
+            return True
+
+        return (out, keys, values), call
+
+    return Kernel(run, bind=bind)
 
 
 def _rows(*columns: np.ndarray) -> bool:
@@ -330,20 +321,21 @@ def _writes(cache_k: Step, cache_v: Step, at: dict[str, int]) -> tuple[int, int,
 
 def _fit(keys: np.ndarray, values: np.ndarray, update: np.ndarray, where: np.ndarray) -> bool:
     """Whether the decode path writes ``update`` (K's or V's, float32 ``[B, Nkv, 1, H]``) into
-    both caches itself: float32 caches (a float32 plan's, or float16 ones held wide),
-    C-contiguous, aligned and writeable, that the updates' shape fits at ``where``
-    (:func:`~trt_kv.interpreter.transformer.writes_within`, the cache update's own test). Else
-    the cache update steps run, with their errors."""
+    both caches itself: caches it writes (:func:`_writable`) that the updates' shape fits at
+    ``where`` (:func:`~trt_kv.interpreter.transformer.writes_within`, the cache update's own
+    test). Else the cache update steps run, with their errors."""
+    return _writable(keys, values) and writes_within(keys, update, where)
+
+
+def _writable(keys: np.ndarray, values: np.ndarray) -> bool:
+    """Float32 caches of one shape (a float32 plan's, or float16 ones held wide), C-contiguous,
+    aligned and writeable."""
     return (
         keys.dtype == values.dtype == _F32
         and keys.shape == values.shape
-        and keys.flags.writeable
-        and values.flags.writeable
-        and keys.flags.c_contiguous
-        and values.flags.c_contiguous
-        and keys.flags.aligned
-        and values.flags.aligned
-        and writes_within(keys, update, where)
+        and all(
+            a.flags.writeable and a.flags.c_contiguous and a.flags.aligned for a in (keys, values)
+        )
     )
 
 

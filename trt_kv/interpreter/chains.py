@@ -31,11 +31,11 @@ import numpy as np
 
 from trt_kv._trt import trt
 from trt_kv.errors import ShapeError, mismatch
-from trt_kv.interpreter import half, native
+from trt_kv.interpreter import bound, half, native
 from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
 from trt_kv.interpreter.graph import L, LayerGraph
 from trt_kv.interpreter.program import identity, rewritten
-from trt_kv.interpreter.registry import Kernel
+from trt_kv.interpreter.registry import Bound, Kernel
 
 _EW = trt.ElementWiseOperation
 COUNTS: Counter[str] = Counter()  # chains run, by kind
@@ -253,7 +253,14 @@ def _kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
             COUNTS["swiglu"] += 1
             return swiglu(x[0], x[1], c.rounded)
 
-        return Kernel(glu)
+        def bind(x: list) -> Bound | None:  # gate, up: the usual arrays, swiglu's call
+            if not bound.usual(x):
+                return None
+            out = np.empty(x[0].shape, _F32)
+            operands = address(x[0]), address(x[1]), out.size, c.rounded, address(out)
+            return out, bound.called(COUNTS, "swiglu", native.LIB.trt_kv_swiglu, operands)
+
+        return Kernel(glu, bind=bind)
     eps, w, held, at = _norm_constants(c, constants)
     normed, weighted, call = c.rounded & 1, c.rounded >> 1 & 1, native.LIB.trt_kv_rms_norm
 
@@ -318,7 +325,15 @@ def _add_norm_kernel(c: Chain, constants: list[np.ndarray | None]) -> Kernel:
             call(address(a), address(b), rows, c.width, *flags, address(total), address(out), at[1])
         return total, out
 
-    return Kernel(run)
+    def bind(x: list, _held: tuple = held) -> Bound | None:  # run's call, its addresses once
+        if not bound.usual(x, c.width):
+            return None
+        total, out = np.empty(x[0].shape, _F32), np.empty(x[0].shape, _F32)
+        operands = address(x[0]), address(x[1]), x[0].size // c.width, c.width, *flags
+        operands += address(total), address(out), at[1]
+        return (total, out), bound.called(COUNTS, "rms_norm", call, operands)
+
+    return Kernel(run, bind=bind)
 
 
 _F32 = np.dtype(np.float32)

@@ -177,7 +177,9 @@ class Plan:
             for i in self._inputs
         }
         if fast:
-            self._slots = SlotProgram(self._steps, self.input_names, self.output_names, compute)
+            self._slots = SlotProgram(
+                self._steps, self.input_names, self.output_names, compute, self._updated
+            )
         self._program = (
             []
             if fast

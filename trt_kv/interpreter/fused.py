@@ -30,7 +30,7 @@ from trt_kv.interpreter.blocks import BlockWeight
 from trt_kv.interpreter.graph import L as _L
 from trt_kv.interpreter.graph import LayerGraph, product_of_transposed
 from trt_kv.interpreter.program import identity, rewritten
-from trt_kv.interpreter.registry import Kernel
+from trt_kv.interpreter.registry import Binder, Kernel
 
 
 @dataclass(frozen=True)
@@ -191,20 +191,21 @@ def apply(steps: list, matches: list[Match]) -> list:
         names = sorted(names, key=by_name.__getitem__)  # in the order the steps run
         for unit in _units([(n, fused[n][1], fused[n][2]) for n in names]):
             units[unit[0][0]] = unit
-    dropped |= {name for names, _, _ in units.values() for name in names[1:]}
+    dropped |= {name for names, *_ in units.values() for name in names[1:]}
     changed = {
         first: {
-            "kernel": Kernel(run),
+            "kernel": Kernel(run, bind=bind),
             "inputs": (fused[first][0],),
             "outputs": tuple((steps[by_name[n]].outputs[0][0], f) for n, f in zip(names, ends)),
         }
-        for first, (names, run, ends) in units.items()
+        for first, (names, run, ends, bind) in units.items()
     }
     return rewritten(steps, dropped, changed)
 
 
 Member = tuple[str, BlockWeight, Callable]  # (output layer, weight, output rounding)
-Unit = tuple[tuple[str, ...], Callable, tuple[Callable, ...]]  # (members, kernel, finishers)
+# (members, kernel, finishers, binder: products.block_binder where the outputs need no finisher)
+Unit = tuple[tuple[str, ...], Callable, tuple[Callable, ...], Binder | None]
 
 
 def _units(members: list[Member]) -> list[Unit]:
@@ -224,13 +225,18 @@ def _units(members: list[Member]) -> list[Unit]:
         finishers = tuple(identity if alike else m[2] for m in together)
         if len(together) == 1:
             call = products.block_caller(w, rounded)
-            units.append(((first,), lambda x, c=call: c(x[0]), (identity if rounded else finish,)))
+            bind = products.block_binder(w, rounded)
+            units.append(
+                ((first,), lambda x, c=call: c(x[0]), (identity if rounded else finish,), bind)
+            )
             continue
         stacked = w.stacked([v for _, v, _ in together[1:]])
         edges = np.cumsum([0] + [v.shape[0] for _, v, _ in together]).tolist()
         finish = identity if rounded or not alike else finish
-        run = _columns(stacked, rounded, finish, list(itertools.pairwise(edges)))
-        units.append((tuple(m[0] for m in together), run, finishers))
+        bounds = list(itertools.pairwise(edges))
+        run = _columns(stacked, rounded, finish, bounds)
+        bind = products.block_binder(stacked, rounded, bounds) if finish is identity else None
+        units.append((tuple(m[0] for m in together), run, finishers, bind))
     return units
 
 

@@ -1,6 +1,7 @@
 """A network's layers as a graph the fast plan's pattern passes read: each tensor's producer
 and readers, the layers downcast to their classes (:mod:`~trt_kv.interpreter.fused`,
-:mod:`~trt_kv.interpreter.chains`)."""
+:mod:`~trt_kv.interpreter.chains`), and the shuffles of an attention block's heads
+(:mod:`~trt_kv.interpreter.attention_step`)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,41 @@ def product_of_transposed(layer: object | None) -> bool:
         and layer.type == L.MATRIX_MULTIPLY
         and (layer.op0, layer.op1) == (m.NONE, m.TRANSPOSE)
     )
+
+
+_SPLIT = (0, 1, 2, 3), (0, 2, 1, 3)  # [B, S, N, H] -> [B, N, S, H]: first, second transpose
+_MERGE = (0, 2, 1, 3), (0, 1, 2)  # [B, N, S, H] -> [B, S, N, H], then N*H
+
+
+def heads_split(shuffle: object) -> tuple[int, int] | None:
+    """``(N, H)`` where ``shuffle`` takes ``[B, S, N*H]`` to heads ``[B, N, S, H]`` (reshape
+    ``(0, 0, N, H)``, then transpose ``(0, 2, 1, 3)``), else None."""
+    dims = tuple(shuffle.reshape_dims)
+    shape = tuple(shuffle.get_input(0).shape)
+    if (
+        shuffle.num_inputs != 1
+        or len(dims) != 4
+        or len(shape) != 3
+        or dims[:2] != (0, 0)
+        or min(dims[2:]) < 1
+        or shape[2] != dims[2] * dims[3]
+        or not shuffle.zero_is_placeholder
+        or (tuple(shuffle.first_transpose)[:4], tuple(shuffle.second_transpose)[:4]) != _SPLIT
+    ):
+        return None
+    return dims[2], dims[3]
+
+
+def heads_merged(shuffle: object) -> int | None:
+    """``N*H`` where ``shuffle`` takes ``[B, N, S, H]`` to ``[B, S, N*H]``, else None."""
+    dims = tuple(shuffle.reshape_dims)
+    if (
+        shuffle.num_inputs != 1
+        or len(dims) != 3
+        or dims[:2] != (0, 0)
+        or len(tuple(shuffle.get_input(0).shape)) != 4
+        or not shuffle.zero_is_placeholder
+        or (tuple(shuffle.first_transpose)[:4], tuple(shuffle.second_transpose)[:3]) != _MERGE
+    ):
+        return None
+    return dims[2]

@@ -379,6 +379,7 @@ def blocks_call(
             raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
         return out
 
+    call.raw = fn, weight  # type: ignore[attr-defined]  # a bound step's call (products.py)
     return call
 
 

@@ -29,7 +29,8 @@ import numpy as np
 from trt_kv.build_defaults import default_threads
 from trt_kv.errors import ArgumentError, mismatch
 from trt_kv.interpreter import blocks, half, native
-from trt_kv.interpreter.buffers import contiguous_aligned, expect_dtype
+from trt_kv.interpreter.buffers import address, contiguous_aligned, expect_dtype
+from trt_kv.interpreter.registry import Binder, Bound
 
 Array = np.ndarray
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -242,6 +243,42 @@ def block_caller(w: blocks.BlockWeight, rounded: bool = False) -> Callable[[Arra
         return block_product(x, w, rounded)
 
     return call
+
+
+def block_binder(
+    w: blocks.BlockWeight, rounded: bool = False, bounds: list[tuple[int, int]] | None = None
+) -> Binder:
+    """:func:`block_caller`'s step bound to its input (a
+    :data:`~trt_kv.interpreter.registry.Binder`): where that call takes BLOCK_NATIVE, the
+    helper's call with its addresses and dims taken once, into an output it holds (``bounds``:
+    each member's columns of it, as views). The same call, count and bits."""
+    (n, k), flag = w.shape, int(rounded)
+    counts, name = blocks.COUNTS, _BLOCK_NATIVE.value
+
+    def bind(args: list) -> Bound | None:
+        x = args[0]
+        if not (
+            type(x) is np.ndarray
+            and x.dtype == _F32
+            and x.shape[-1:] == (k,)
+            and x.flags.c_contiguous
+            and x.flags.aligned
+            and choose(_BLOCKS, x.size // k, n, k, _F32, _F32) is _BLOCK_NATIVE
+        ):
+            return None
+        fn, weight = w.native_calls[0].raw
+        out = np.empty((*x.shape[:-1], n), _F32)
+        operands = weight, address(x), x.size // k, address(out)
+
+        def call() -> bool:
+            counts[name] += 1
+            if fn(*operands, _threads[0], flag):
+                raise MemoryError(f"block product of x {x.shape}: no memory for its scratch")
+            return True
+
+        return (out if bounds is None else tuple(out[..., a:b] for a, b in bounds)), call
+
+    return bind
 
 
 def stored_product(a: Array, b: Array) -> Array:

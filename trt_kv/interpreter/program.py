@@ -13,6 +13,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from trt_kv.interpreter.bound import Binding
 from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.registry import Kernel, is_float
 
@@ -47,7 +48,12 @@ class SlotProgram:
     finisher unpacked), so a decode step's ~1,250 entries cost the loop ~0.5 us each."""
 
     def __init__(
-        self, steps: list[Step], inputs: list[str], outputs: list[str], compute: np.dtype
+        self,
+        steps: list[Step],
+        inputs: list[str],
+        outputs: list[str],
+        compute: np.dtype,
+        updated: set[str] | None = None,
     ) -> None:
         slot: dict[str | None, int] = {None: 0}  # slot 0 holds None: an absent input
         for name in inputs:
@@ -83,17 +89,33 @@ class SlotProgram:
                     *(outs[0] if len(outs) == 1 else (0, None)),
                     None if len(outs) == 1 else outs,
                     tuple(slot[name] for name in step.free),
+                    k.bind,
                 )
             )
         self.template = template
+        self.binding = None if updated is None else Binding(updated)
 
     def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The network outputs by name."""
+        """The network outputs by name (arrays a later run may overwrite: the caller copies
+        them, a cache updated in place aside), through the bound program where there is one
+        (:mod:`~trt_kv.interpreter.bound`)."""
+        b, v = self.binding, None
+        if b is not None and b.lock.acquire(blocking=False):
+            try:
+                v = b.run(self.program, self.template, self.inputs, feed, self.compute)
+            finally:
+                b.lock.release()
+        if v is None:
+            v = self._run(feed)
+        return {name: v[i] for name, i in self.outputs}
+
+    def _run(self, feed: Mapping[str, np.ndarray]) -> list:
+        """The tensors by slot (the outputs and the constants at least), unbound."""
         v = self.template.copy()
         for name, i in self.inputs:
             v[i] = feed[name]
         compute = self.compute
-        for fn, get, many, casts, out, finish, outs, free in self.program:
+        for fn, get, many, casts, out, finish, outs, free, _ in self.program:
             args = [*get(v)] if many else [get(v)]
             for j in casts:
                 args[j] = widen_to(args[j], compute)
@@ -106,7 +128,7 @@ class SlotProgram:
             del args, result
             for i in free:  # peak memory: the live tensors only, not every one
                 v[i] = None
-        return {name: v[i] for name, i in self.outputs}
+        return v
 
 
 def _getter(slots: tuple[int, ...]) -> Callable[[list], object]:

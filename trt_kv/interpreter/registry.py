@@ -19,6 +19,11 @@ from trt_kv.errors import NetworkError, UnsupportedLayerError
 Array = np.ndarray
 Inputs = Sequence[Array | None]
 KernelFn = Callable[[Inputs], Array | tuple[Array, ...]]
+# A step bound to its input arrays: its outputs (as ``fn`` returns them, buffers it holds) and
+# ``call()``, which computes them in place from those arrays' current values and returns True,
+# or returns False (nothing written) where ``fn`` must run instead (:mod:`.bound`).
+Bound = tuple[Array | tuple[Array, ...], Callable[[], bool]]
+Binder = Callable[[list], Bound | None]
 T = TypeVar("T")
 
 
@@ -40,7 +45,9 @@ class Kernel:
     products of the same input 0 (see :mod:`trt_kv.interpreter.layout`). ``halves``, where
     given, is ``fn`` with its one output rounded to float16 values (round_any's bits) in the
     same call: a fast float32 plan runs it for an output declared float16 instead of ``fn``
-    and a rounding of its own (the compiled helper rounds where it computes).
+    and a rounding of its own (the compiled helper rounds where it computes). ``bind``, where
+    given, binds the step to its input arrays (:data:`Binder`; None where it cannot: ``fn``
+    runs), for a decode step bound once (:mod:`~trt_kv.interpreter.bound`).
     """
 
     fn: KernelFn
@@ -50,6 +57,7 @@ class Kernel:
     moves: bool = False
     linear: bool = False
     halves: KernelFn | None = None
+    bind: Binder | None = None
 
 
 @dataclass(frozen=True)
