@@ -48,20 +48,22 @@ LLAMA_RUNS = [folder / "shared" / "llama.cpp" / "run" for folder in (ROOT.parent
 
 
 class ProductClock:
-    """Seconds spent in the products: ``products.multiply`` (every helper / BLAS route) and
-    the calls ``products.block_caller`` binds for a plan's fused block products, both
-    wrapped while the bench runs (created before the plans compile: their steps take the
-    bound calls then); :meth:`close` puts them back."""
+    """Seconds spent in the products: ``products.multiply`` (every helper / BLAS route), the
+    calls ``products.block_caller`` binds for a plan's fused block products and the calls of
+    the decode steps bound once (``products.block_binder``), all wrapped while the bench runs
+    (created before the plans compile: their steps take the wrapped calls then); :meth:`close`
+    puts them back."""
 
     def __init__(self) -> None:
         self.seconds, self._inside = 0.0, False  # inside: a product timed already (no twice)
-        self.inner = products.multiply, products.block_caller
+        self.inner = products.multiply, products.block_caller, products.block_binder
         products.multiply = self._timed(products.multiply)
-        caller = products.block_caller
+        caller, binder = products.block_caller, products.block_binder
         products.block_caller = lambda *args: self._timed(caller(*args))
+        products.block_binder = lambda *args: self._binding(binder(*args))
 
-    def _timed(self, fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        def timed(*args: object) -> np.ndarray:
+    def _timed(self, fn: Callable[..., object]) -> Callable[..., object]:
+        def timed(*args: object) -> object:
             if self._inside:  # a bound call's fallback through multiply: timed by the call
                 return fn(*args)
             self._inside, start = True, time.perf_counter()
@@ -73,8 +75,15 @@ class ProductClock:
 
         return timed
 
+    def _binding(self, bind: Callable[[list], tuple | None]) -> Callable[[list], tuple | None]:
+        def timed_bind(args: list) -> tuple | None:
+            made = bind(args)
+            return None if made is None else (made[0], self._timed(made[1]))
+
+        return timed_bind
+
     def close(self) -> None:
-        products.multiply, products.block_caller = self.inner
+        products.multiply, products.block_caller, products.block_binder = self.inner
 
 
 def _feed(plan: object, caches: dict, ids: np.ndarray, start: np.ndarray) -> dict:
