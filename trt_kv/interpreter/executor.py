@@ -334,13 +334,15 @@ def compile_network(
     rows (:func:`~trt_kv.interpreter.layout.keep_float16_weights`: half the bytes of a
     decode step, half the memory); constants are filled in once, and so are the layers that
     read only constants (a weight dequantized from INT8/INT4 codes: held as its float16
-    result, like a float16 weight); float16 rounds and widens on
-    the bits
+    result, like a float16 weight); float16 rounds and widens on the bits
     (:mod:`trt_kv.interpreter.half`, NumPy's bits exactly) and layers that only move
-    elements skip a rounding that changes nothing; KV updates are checked on whole arrays.
-    Results agree with the plain plan within the compute dtype's rounding (BLAS summation
-    order; the tests run both on the same networks, bit-exact where no BLAS call differs);
-    every layer of the network runs either way.
+    elements skip a rounding that changes nothing; KV updates are checked on whole arrays;
+    from the second run in a row of one feed signature (a decode loop: the same shapes, the
+    same caches) the steps run bound once (:mod:`trt_kv.interpreter.bound`: buffers held
+    between runs, at most 16 MiB; the helper's calls with their arguments taken once; the
+    same bits). Results agree with the plain plan within the compute dtype's rounding (BLAS
+    summation order; the tests run both on the same networks, bit-exact where no BLAS call
+    differs); every layer of the network runs either way.
 
     ``wide_float16_caches``: each float16 cache the network updates in place (a KV-cache
     update's input 0) is fed as a float32 array ``[B, N, S_max, H]`` holding float16 values
