@@ -78,7 +78,7 @@ def _same(a: Runner, b: Runner) -> None:
 
 def test_decode_steps_bound_once_give_the_unbound_plans_bits(network):
     fast, plain = _pair(network)
-    made, runs = bound.COUNTS["bound"], bound.COUNTS["runs"]
+    made, runs, steps = bound.COUNTS["bound"], bound.COUNTS["runs"], bound.COUNTS["steps"]
     rng = np.random.default_rng(3)
     prompt = rng.integers(1, CONFIG.vocab_size, 4).tolist()
     np.testing.assert_array_equal(fast.step(prompt, 0), plain.step(prompt, 0))
@@ -89,6 +89,9 @@ def test_decode_steps_bound_once_give_the_unbound_plans_bits(network):
         np.testing.assert_array_equal(fast.step(token, 4 + i), plain.step(token, 4 + i))
     _same(fast, plain)
     assert bound.COUNTS["bound"] == made + 1  # the second decode step bound the program
+    # a layer's 4 block products, 2 residual add + RMSNorms, SwiGLU and attention block; the
+    # first RMSNorm (no residual yet), the head (tied to the float16 embedding), ... unbound
+    assert bound.COUNTS["steps"] == steps + 8 * CONFIG.num_hidden_layers
     assert bound.COUNTS["runs"] == runs + 4  # and the four after it ran it
     assert sum((blocks.COUNTS - products).values()) > 0  # block products ran
 

@@ -146,14 +146,21 @@ def native_attend(
     (``rounded``: to float16 values in the call; K and V widened to ``compute`` in the window
     read where they are not in it), else None. ``n`` and the keep mask are derived once a step
     for all its attention layers (:func:`_seen`)."""
-    shape = (k.shape[2], q.shape[0], q.shape[2], causal)
-    n, keep = _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
+    n, keep = seen(mask, kv_len, k.shape[2], q.shape[0], q.shape[2], causal)
     if keep is None or not native_attention_pays(q, k, v, mask, compute, n):
         return n, None
     if k.dtype != compute:  # the window widened, not the whole cache
         k, v = widen_to(k[:, :, :n], compute), widen_to(v[:, :, :n], compute)
     threads = products.threads()
     return n, native.attention(q, k, v, keep, 1.0, keys=n, rounded=rounded, threads=threads)
+
+
+def seen(
+    mask: Array | None, kv_len: Array | None, skv: int, b: int, sq: int, causal: str
+) -> tuple[int, Array | None]:
+    """:func:`_seen`, derived once a step for its attention layers (a memo's: read-only)."""
+    shape = (skv, b, sq, causal)
+    return _SEEN.get((mask, kv_len), shape, lambda: _seen(*shape, mask, kv_len))
 
 
 def _seen(

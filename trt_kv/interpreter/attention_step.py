@@ -39,15 +39,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt_kv import _trt
-from trt_kv.interpreter import bound, half
+from trt_kv.interpreter import attention_bound, half
 from trt_kv.interpreter.attention import causal_kind, native_attend
+from trt_kv.interpreter.attention_bound import rows_apart, writable
 from trt_kv.interpreter.buffers import contiguous_aligned
 from trt_kv.interpreter.chains import Scale
 from trt_kv.interpreter.graph import L, LayerGraph, heads_merged, heads_split
 from trt_kv.interpreter.half import widen_to
 from trt_kv.interpreter.native_rope import decode_heads
 from trt_kv.interpreter.program import SlotProgram, Step, identity, rewritten
-from trt_kv.interpreter.registry import Bound, Kernel
+from trt_kv.interpreter.registry import Kernel
 from trt_kv.interpreter.transformer import native_rows, packed_form, writes_within
 
 COUNTS: Counter[str] = Counter()  # "decode": calls the fast path ran; "steps": the others
@@ -186,7 +187,7 @@ def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Ste
     if not half.NATIVE or compute != _F32:
         return steps
     order = {step.layer: i for i, step in enumerate(steps)}
-    changed, dropped = {}, set()
+    changed, dropped, shared = {}, set(), {}
     for block in blocks:
         if not all(name in order for name in block.layers) or dropped & set(block.layers):
             continue
@@ -198,7 +199,7 @@ def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Ste
         if any(name in outputs[1:] for s in before for name, _ in s.inputs):
             continue  # a cache read between the update and the block's last step
         inputs = list(dict.fromkeys(n for s in mine for n, _ in s.inputs if n and n not in made))
-        kernel = _kernel(block, mine, inputs, outputs, compute)
+        kernel = _kernel(block, mine, inputs, outputs, compute, shared)
         changed[block.back] = {
             "kernel": kernel,
             "inputs": tuple((name, False) for name in inputs),  # each step casts its own
@@ -209,10 +210,13 @@ def apply(steps: list[Step], blocks: list[Block], compute: np.dtype) -> list[Ste
 
 
 def _kernel(
-    block: Block, mine: list[Step], inputs: list[str], outputs: list[str], compute: np.dtype
-) -> Kernel:
+    block: Block, mine: list[Step], inputs: list[str], outputs: list[str], compute: np.dtype,
+    shared: dict,
+) -> Kernel:  # fmt: skip
     """The block's step of its steps ``mine`` (in the plan's order): inputs by name
-    (``inputs``), outputs the result ``[B, S, Nq*H]`` and the two caches."""
+    (``inputs``), outputs the result ``[B, S, Nq*H]`` and the two caches; bound once
+    (:mod:`~trt_kv.interpreter.attention_bound`) with what the plan's blocks derive alike
+    each run in ``shared``."""
     program = SlotProgram(mine, inputs, outputs, compute)
     steps = {step.layer: step for step in mine}
 
@@ -249,7 +253,7 @@ def _kernel(
             or qc.dtype != _F32
             or kc.dtype != _F32
             or vc.dtype != _F32
-            or not _rows(qc, kc, vc)
+            or not rows_apart(qc, kc, vc)
         ):
             return slow(x)
         q = qc.reshape(b, nq, 1, h)  # S = 1: [B, S, N, H] and [B, N, S, H] alike
@@ -270,42 +274,16 @@ def _kernel(
         out = attend(q, keys, values, x)
         return out.reshape(b, 1, nq * h), keys, values
 
-    def bind(x: list) -> Bound | None:
-        """``run``'s decode path bound to ``x`` (:mod:`~trt_kv.interpreter.bound`): its tests
-        of the arrays taken once; the table rows (a memo's) and the write rows' test each run,
-        and where they fail, ``run`` (its steps, their errors)."""
-        qc, kc, vc, c, s = x[head_q], x[head_k], x[head_v], x[cos], x[sin]
-        if heads is None or not bound.usual([c, s]) or kc.ndim != 3:
-            return None
-        b, keys, values = kc.shape[0], x[writes[0]], x[writes[1]]
-        if qc.shape != (b, 1, nq * h) or not kc.shape == vc.shape == (b, 1, nkv * h):
-            return None
-        if not qc.dtype == kc.dtype == vc.dtype == _F32:
-            return None
-        if not (_rows(qc, kc, vc) and _writable(keys, values)):
-            return None
-        q4, update, out = qc.reshape(b, nq, 1, h), vc.reshape(b, nkv, 1, h), np.empty_like(qc)
-
-        def call() -> bool:
-            rows, where = native_rows(q4, c, s, x[positions], block.rotary_dim), x[writes[2]]
-            if rows is None or not writes_within(keys, update, where):
-                return False
-            COUNTS["decode"] += 1
-            q = heads(qc, kc, vc, c, s, rows[0], keys, values, np.ascontiguousarray(where, _I64))
-            np.copyto(out, attend(q, keys, values, x).reshape(qc.shape))
-            return True
-
-        return (out, keys, values), call
+    bind = None
+    if heads is not None and attend.raw[3]:  # type: ignore[attr-defined]
+        mask_at, lengths_at, rounded_out, _ = attend.raw  # type: ignore[attr-defined]
+        form = attention_bound.Form(block.widths, block.rotary_dim, block.causal, rounded_out)
+        slots = attention_bound.Slots(
+            head_q, head_k, head_v, cos, sin, positions, *writes, mask_at, lengths_at
+        )
+        bind = attention_bound.binder(form, slots, heads, shared, COUNTS)
 
     return Kernel(run, bind=bind)
-
-
-def _rows(*columns: np.ndarray) -> bool:
-    """Whether Q's, K's and V's ``[B, 1, N*H]`` are rows as
-    :func:`~trt_kv.interpreter.native_rope.decode_heads` reads them: each row contiguous and
-    aligned, its start a whole number of elements from the one before (columns of one
-    product's rows, say)."""
-    return all(a.strides[2] == 4 and a.strides[0] % 4 == 0 and a.flags.aligned for a in columns)
 
 
 def _writes(cache_k: Step, cache_v: Step, at: dict[str, int]) -> tuple[int, int, int] | None:
@@ -321,22 +299,11 @@ def _writes(cache_k: Step, cache_v: Step, at: dict[str, int]) -> tuple[int, int,
 
 def _fit(keys: np.ndarray, values: np.ndarray, update: np.ndarray, where: np.ndarray) -> bool:
     """Whether the decode path writes ``update`` (K's or V's, float32 ``[B, Nkv, 1, H]``) into
-    both caches itself: caches it writes (:func:`_writable`) that the updates' shape fits at
-    ``where`` (:func:`~trt_kv.interpreter.transformer.writes_within`, the cache update's own
-    test). Else the cache update steps run, with their errors."""
-    return _writable(keys, values) and writes_within(keys, update, where)
-
-
-def _writable(keys: np.ndarray, values: np.ndarray) -> bool:
-    """Float32 caches of one shape (a float32 plan's, or float16 ones held wide), C-contiguous,
-    aligned and writeable."""
-    return (
-        keys.dtype == values.dtype == _F32
-        and keys.shape == values.shape
-        and all(
-            a.flags.writeable and a.flags.c_contiguous and a.flags.aligned for a in (keys, values)
-        )
-    )
+    both caches itself: caches it writes (:func:`~trt_kv.interpreter.attention_bound.writable`)
+    that the updates' shape fits at ``where``
+    (:func:`~trt_kv.interpreter.transformer.writes_within`, the cache update's own test). Else
+    the cache update steps run, with their errors."""
+    return writable(keys, values) and writes_within(keys, update, where)
 
 
 def _attend(
@@ -367,4 +334,5 @@ def _attend(
             args[i] = widen_to(args[i], compute)
         return fn(args)
 
+    attend.raw = mask_at, lengths_at, rounded, direct  # type: ignore[attr-defined]
     return attend

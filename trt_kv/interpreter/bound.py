@@ -7,18 +7,20 @@ A decode loop runs a plan on feeds of one shape, step after step, with the same 
 buffer held between runs; the feed's arrays are copied into theirs (but the caches updated
 in place, which must be the very arrays the program was bound to); each step whose kernel
 binds (:attr:`~trt_kv.interpreter.registry.Kernel.bind`: the block products, the residual
-add and RMSNorm, SwiGLU) is one call of the compiled helper with its addresses and dims taken
-once; every other step runs its kernel as before, its outputs copied into their buffers. The
-same kernels and helper calls in the same order: the same bits as the plan's unbound runs
-(tested). ~1.2 ms less of a ~17 ms decode step of the default model with ``--weights keep``
-(``docs/performance.md``).
+add and RMSNorm, SwiGLU, the attention block's decode path) is a call of the compiled helper
+(two for attention) with its addresses and dims taken once; every other step runs its kernel
+as before, its outputs copied into their buffers. The same kernels and helper calls in the
+same order: the same bits as the plan's unbound runs (tested). ~1.5-2 ms less of a ~17 ms
+decode step of the default model with ``--weights keep`` (``docs/performance.md``).
 
 :class:`Binding` makes a program at the second run in a row of one signature (the feed's
-shapes and dtypes, the updated caches' identities) whose buffers take at most
-:data:`LIMIT` bytes: a decode step's few rows, not a prefill chunk's. A step whose output
-does not fit its buffer (a shape that depends on values) ends the bound run: the rest of that
-run is unbound, and the program is dropped. One run at a time uses the buffers; another
-thread's run meanwhile is unbound.
+shapes and dtypes, the updated caches' identities) when the feed's other arrays take at
+most :data:`FEED_LIMIT` bytes (ids and positions, not activations) and its buffers at most
+:data:`LIMIT`; a signature that took more is not tried again until another one is
+bound.
+A step whose output does not fit its buffer (a shape that depends on values) ends the bound
+run: the rest of that run is unbound, and the program is dropped. One run at a time uses the
+buffers; another thread's run meanwhile is unbound.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ LIMIT = 16 << 20  # bytes of buffers a bound program may hold (a decode step's: 
 FEED_LIMIT = (
     64 << 10
 )  # bytes of a feed bound (its caches aside): ids and positions, not activations
-COUNTS: Counter[str] = Counter()  # "bound": programs made; "runs": runs they ran to the end
+# "bound": programs made, "steps": their steps bound (calls), "runs": runs they ran to the end
+COUNTS: Counter[str] = Counter()
 
 Entry = tuple  # (fn, get, many, casts, out, finish, outs, free, bind): a SlotProgram entry
 
@@ -125,6 +128,7 @@ class BoundProgram:
             entries = entries if held <= LIMIT else None
         made = None if entries is None else cls(entries, v, caches, copies)
         COUNTS["bound"] += made is not None
+        COUNTS["steps"] += 0 if made is None else sum(e[0] is not None for e in made.entries)
         return made, v
 
     def fits(self, feed: Mapping) -> bool:

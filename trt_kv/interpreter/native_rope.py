@@ -147,12 +147,13 @@ def decode_heads(
         b = q.shape[0]
         out = np.empty((b, nq, 1, h), _F32)
         fn(
-            at, address(q), address(k), address(v), _ONE if b == 1 else _apart(q, k, v), b,
+            at, address(q), address(k), address(v), apart(q, k, v), b,
             address(cos), address(sin), address(rows), address(out), address(keys),
             address(values), keys.shape[2], address(where),
         )  # fmt: skip
         return out
 
+    call.raw = fn, at  # type: ignore[attr-defined]  # a bound block's call (attention_bound)
     return call
 
 
@@ -160,8 +161,12 @@ _ONE = (ctypes.c_size_t * 3)()  # one sequence: no stride between sequences is r
 _APART: dict[tuple[int, ...], ctypes.Array] = {}  # row strides in elements -> their C array
 
 
-def _apart(*xs: np.ndarray) -> ctypes.Array:
-    """The row strides of float32 ``xs`` in elements, as the C array the helper reads."""
+def apart(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> ctypes.Array:
+    """The row strides of float32 ``q``, ``k``, ``v [B, 1, N*H]`` in elements, as the C array
+    :func:`decode_heads`'s call reads (none read for one sequence)."""
+    if q.shape[0] == 1:
+        return _ONE
+    xs = q, k, v
     key = tuple(a.strides[0] // 4 for a in xs)
     held = _APART.get(key)
     if held is None:
