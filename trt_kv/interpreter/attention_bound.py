@@ -115,6 +115,7 @@ def binder(form: Form, at: Slots, heads: Heads, shared: dict, counts: Counter[st
         then = address(q), address(keys), address(values), keys.shape[2]
         attention = native.LIB.trt_kv_attention_float32
         operands = address(q), b, nq, 1, h, address(keys), address(values), nkv
+        result = address(out)
 
         def derive() -> tuple | None:
             """The run's table rows, write rows, keys read and keep mask, with addresses."""
@@ -134,7 +135,7 @@ def binder(form: Form, at: Slots, heads: Heads, shared: dict, counts: Counter[st
             held = rows[0], where, keep
             return held, address(rows[0]), address(where), n, address(keep), heads_k
 
-        def call() -> bool:
+        def call(_held: tuple = (x, q, out, strides)) -> bool:  # every array it has addresses of
             token = tuple(a.tobytes() for a in sources)
             done = shared.get(key)
             if done is None or done[0] != token:
@@ -144,7 +145,7 @@ def binder(form: Form, at: Slots, heads: Heads, shared: dict, counts: Counter[st
                 return False
             counts["decode"] += 1
             fn(*first, d[1], *then, d[2])
-            if attention(*operands, d[3], strides, d[4], d[5], 1.0, address(out), form.rounded,
+            if attention(*operands, d[3], strides, d[4], d[5], 1.0, result, form.rounded,
                          products.threads()):  # fmt: skip
                 raise MemoryError(f"attention of q {q.shape}: no memory for its scratch")
             return True
