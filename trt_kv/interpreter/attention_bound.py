@@ -101,13 +101,8 @@ def binder(form: Form, at: Slots, heads: Heads, shared: dict, counts: Counter[st
         q4, update = qc.reshape(b, nq, 1, h), vc.reshape(b, nkv, 1, h)
         q, out = np.empty(q4.shape, _F32), np.empty(qc.shape, _F32)
         sources = [x[i] for i in (at.positions, at.where, at.mask, at.lengths) if i is not None]
-        key = (
-            *map(id, sources),
-            id(c),
-            id(s),
-            keys.shape,
-            form,
-        )  # blocks alike: one derivation a run
+        # blocks alike (the same sources, tables, caches' shape and form): one derivation a run
+        key = (*map(id, sources), id(c), id(s), keys.shape, form)
         strides = (ctypes.c_size_t * 3)(*[n // 4 for n in keys.strides[:3]])
         fn, spec = heads.raw  # type: ignore[attr-defined]
         first = spec, address(qc), address(kc), address(vc), apart(qc, kc, vc), b

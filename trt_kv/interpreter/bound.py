@@ -10,15 +10,14 @@ binds (:attr:`~trt_kv.interpreter.registry.Kernel.bind`: the block products, the
 add and RMSNorm, SwiGLU, the attention block's decode path) is a call of the compiled helper
 (two for attention) with its addresses and dims taken once; every other step runs its kernel
 as before, its outputs copied into their buffers. The same kernels and helper calls in the
-same order: the same bits as the plan's unbound runs (tested). ~1.5-2 ms less of a ~17 ms
-decode step of the default model with ``--weights keep`` (``docs/performance.md``).
+same order: the same bits as the plan's unbound runs (tested). 1.5-4.5 ms less of a 15-20
+ms decode step of the default model with ``--weights keep`` (``docs/performance.md``).
 
 :class:`Binding` makes a program at the second run in a row of one signature (the feed's
 shapes and dtypes, the updated caches' identities) when the feed's other arrays take at
-most :data:`FEED_LIMIT` bytes (ids and positions, not activations) and its buffers at most
-:data:`LIMIT`; a signature that took more is not tried again until another one is
-bound.
-A step whose output does not fit its buffer (a shape that depends on values) ends the bound
+most :data:`FEED_LIMIT` bytes and its buffers (those of bound calls too) at most
+:data:`LIMIT`; a signature that took more is not tried again until another one is bound. A
+step whose output does not fit its buffer (a shape that depends on values) ends the bound
 run: the rest of that run is unbound, and the program is dropped. One run at a time uses the
 buffers; another thread's run meanwhile is unbound.
 """
@@ -34,10 +33,10 @@ import numpy as np
 
 from trt_kv.interpreter.half import widen_to
 
-LIMIT = 16 << 20  # bytes of buffers a bound program may hold (a decode step's: ~1 MB)
-FEED_LIMIT = (
-    64 << 10
-)  # bytes of a feed bound (its caches aside): ids and positions, not activations
+# Bytes of buffers a bound program may hold (the default model's decode step: ~1.5 MiB at
+# B=1, ~12 MiB at B=8), and of the feed's arrays it copies (ids and positions, not activations)
+LIMIT = 16 << 20
+FEED_LIMIT = 64 << 10
 # "bound": programs made, "steps": their steps bound (calls), "runs": runs they ran to the end
 COUNTS: Counter[str] = Counter()
 
@@ -120,9 +119,10 @@ class BoundProgram:
             slots = []
             for (i, end), value in zip(ends, results):
                 value = value if end is None or call else end(value)
-                keep = call is None and not _fed(value, feed)  # held in a buffer of its own
+                own = not _fed(value, feed)  # a bound call's buffer, or one of its own
+                keep = call is None and own
                 v[i] = np.array(value, order="C", copy=True) if keep else value
-                held += v[i].nbytes if keep else 0
+                held += v[i].nbytes if own else 0
                 slots.append((i, end, v[i] if keep or call else None))
             entries.append((call, fn, get, many, casts, tuple(slots)))
             entries = entries if held <= LIMIT else None
